@@ -1,0 +1,1 @@
+//! The exec engine of taskgate (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! The github engine of taskgate (placeholder until its issue lands).

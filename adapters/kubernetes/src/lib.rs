@@ -1,0 +1,1 @@
+//! The kubernetes engine of taskgate (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! The stepfunctions engine of taskgate (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! taskgate: expose existing pipelines to MCP clients as long-running tools.
