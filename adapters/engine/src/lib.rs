@@ -10,6 +10,7 @@ mod error;
 mod layer;
 mod pipeline;
 mod state;
+pub mod testing;
 
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallMeter, Deadlines};
