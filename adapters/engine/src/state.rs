@@ -4,7 +4,7 @@
 //! protocol dialects in the server map it to their own wire shapes.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,6 +20,9 @@ pub struct Snapshot {
     pub updated_at: Option<SystemTime>,
     /// When the run reached a terminal state, if it has and the engine reports it.
     pub ended_at: Option<SystemTime>,
+    /// How long the client should wait before asking again, when the engine wants
+    /// a longer interval than the tool's configured one (a low API budget, say).
+    pub poll_hint: Option<Duration>,
 }
 
 impl Snapshot {
@@ -31,6 +34,7 @@ impl Snapshot {
             created_at: None,
             updated_at: None,
             ended_at: None,
+            poll_hint: None,
         }
     }
 }
