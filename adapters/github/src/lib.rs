@@ -1,1 +1,712 @@
-//! The github engine of taskgate (placeholder until its issue lands).
+//! The GitHub Actions engine of taskgate: a tool call dispatches a workflow
+//! (`workflow_dispatch`), its status is the workflow run's, cancel cancels the run,
+//! and a run waiting on a protected environment asks the client to approve or
+//! reject the deployment.
+//!
+//! The engine keeps nothing: a [`NativeRef`] names the run (`owner/repo/run_id`),
+//! and every read asks GitHub once (plus at most two calls for jobs, artifacts or
+//! pending deployments) and translates the answer with the pure functions of
+//! [`translate`].
+
+mod budget;
+mod client;
+pub mod config;
+pub mod translate;
+pub mod workflow;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use http::Method;
+use serde_json::{json, Value};
+use taskgate_engine::{
+    async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
+    NativeRef, Pipeline, RunState, Snapshot, StartRequest, ToolDecl,
+};
+
+pub use budget::{poll_hint, rate_limited, Budget};
+pub use client::API_VERSION;
+use client::{encode, encode_path, now_epoch, refusal, Client};
+use config::{BoundTarget, Correlate, EngineSettings, ToolTarget, Validated};
+use translate::{DispatchResponse, WorkflowRun};
+pub use workflow::{compare_inputs, suggest_input_schema};
+
+/// The `kind` of this engine in `[engines.NAME]`.
+pub const KIND: &str = "github";
+
+/// How many listings a start makes, at most, looking for a run a dispatch could not
+/// return.
+const LOOKUPS: u32 = 3;
+
+/// How long after its dispatch a run that cannot be found by its name is given up
+/// as lost.
+const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// How far back a run listing reaches before the dispatch, against clock skew.
+const SKEW: u64 = 120;
+
+/// Builds the engine from its `[engines.NAME]` table (without `kind`). Reads the
+/// token or private key; makes no request.
+///
+/// # Errors
+///
+/// A [`ConfigError`] keyed relative to the engine table.
+pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
+    let settings: EngineSettings = from_value(settings)?;
+    let validated = settings.validate()?;
+    Ok(Arc::new(GithubEngine::new(validated)?))
+}
+
+/// A configured GitHub engine.
+#[derive(Debug)]
+pub struct GithubEngine {
+    client: Client,
+    settings: Validated,
+}
+
+impl GithubEngine {
+    /// Builds the engine from validated settings. No request is made.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when the client cannot be built from them.
+    pub fn new(settings: Validated) -> Result<Self, ConfigError> {
+        Ok(Self {
+            client: Client::new(&settings)?,
+            settings,
+        })
+    }
+}
+
+#[async_trait]
+impl Engine for GithubEngine {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        let target = tool.target::<ToolTarget>()?.validate()?;
+        Ok(Arc::new(GithubPipeline {
+            client: self.client.clone(),
+            target,
+            low_budget: self.settings.low_budget,
+            lookup_delay: self.settings.lookup_delay,
+        }))
+    }
+
+    async fn probe(&self) -> Result<Vec<String>, EngineError> {
+        let mut budget = Budget::default();
+        let answer = self
+            .client
+            .send(Method::GET, "/rate_limit", None, &mut budget)
+            .await?;
+        if answer.status == 404 {
+            return Ok(vec![format!(
+                "{} answers; rate limiting is not enabled there",
+                self.settings.base_url
+            )]);
+        }
+        if !answer.ok() {
+            return Err(refusal(&answer, "authentication"));
+        }
+        let mut findings = vec![format!(
+            "{} accepts the credentials",
+            self.settings.base_url
+        )];
+        if let (Some(remaining), Some(limit)) = (budget.remaining, budget.limit) {
+            findings.push(format!("API budget: {remaining} of {limit} requests left"));
+        }
+        Ok(findings)
+    }
+}
+
+/// A tool bound to a workflow.
+#[derive(Debug)]
+pub struct GithubPipeline {
+    client: Client,
+    target: BoundTarget,
+    low_budget: Option<u64>,
+    lookup_delay: Duration,
+}
+
+/// Which run a [`NativeRef`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunKey {
+    /// A run by id: `owner/repo/12345`.
+    Id(u64),
+    /// A run dispatched without run details and not yet seen:
+    /// `owner/repo/~run-name~since`, found by listing the workflow's dispatch runs
+    /// created since `since` (seconds since the epoch) whose title carries the name.
+    Name {
+        /// The run name (the correlation input's value).
+        run_name: String,
+        /// The earliest creation time to look at.
+        since: u64,
+    },
+}
+
+/// A parsed [`NativeRef`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRef {
+    /// The repository owner.
+    pub owner: String,
+    /// The repository.
+    pub repo: String,
+    /// The run.
+    pub key: RunKey,
+}
+
+impl RunRef {
+    /// Writes the reference.
+    #[must_use]
+    pub fn encode(&self) -> NativeRef {
+        match &self.key {
+            RunKey::Id(id) => format!("{}/{}/{id}", self.owner, self.repo),
+            RunKey::Name { run_name, since } => {
+                format!("{}/{}/~{run_name}~{since}", self.owner, self.repo)
+            }
+        }
+    }
+
+    /// Reads a reference written by [`RunRef::encode`].
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] for anything else.
+    pub fn parse(native: &str) -> Result<Self, EngineError> {
+        let mut parts = native.splitn(3, '/');
+        let (Some(owner), Some(repo), Some(run)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(EngineError::NotFound);
+        };
+        if owner.is_empty() || repo.is_empty() {
+            return Err(EngineError::NotFound);
+        }
+        let key = if let Some(rest) = run.strip_prefix('~') {
+            let (name, since) = rest.split_once('~').ok_or(EngineError::NotFound)?;
+            RunKey::Name {
+                run_name: name.to_owned(),
+                since: since.parse().map_err(|_| EngineError::NotFound)?,
+            }
+        } else {
+            RunKey::Id(run.parse().map_err(|_| EngineError::NotFound)?)
+        };
+        Ok(Self {
+            owner: owner.to_owned(),
+            repo: repo.to_owned(),
+            key,
+        })
+    }
+}
+
+/// Formats seconds since the epoch as GitHub's search dates (`2020-01-22T19:33:08Z`).
+fn iso(epoch: u64) -> String {
+    let secs = i64::try_from(epoch).unwrap_or(0);
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+impl GithubPipeline {
+    fn repo_path(&self, owner: &str, repo: &str) -> String {
+        format!("/repos/{}/{}", encode(owner), encode(repo))
+    }
+
+    fn own_repo(&self) -> String {
+        self.repo_path(&self.target.owner, &self.target.repo)
+    }
+
+    fn workflow_path(&self) -> String {
+        format!(
+            "{}/actions/workflows/{}",
+            self.own_repo(),
+            encode(&self.target.workflow)
+        )
+    }
+
+    fn run_path(&self, r: &RunRef, id: u64) -> String {
+        format!("{}/actions/runs/{id}", self.repo_path(&r.owner, &r.repo))
+    }
+
+    fn reference(&self, key: RunKey) -> NativeRef {
+        RunRef {
+            owner: self.target.owner.clone(),
+            repo: self.target.repo.clone(),
+            key,
+        }
+        .encode()
+    }
+
+    /// Lists the workflow's dispatch runs (newest first), created since `since` when
+    /// given, and returns the one whose title carries `run_name`.
+    async fn list_find(
+        &self,
+        owner: &str,
+        repo: &str,
+        run_name: &str,
+        since: Option<u64>,
+        budget: &mut Budget,
+    ) -> Result<Option<WorkflowRun>, EngineError> {
+        let mut path = format!(
+            "{}/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
+            self.repo_path(owner, repo),
+            encode(&self.target.workflow)
+        );
+        if let Some(since) = since {
+            path.push_str("&created=");
+            path.push_str(&encode(&format!(">={}", iso(since))));
+        }
+        let list: translate::RunList = self
+            .client
+            .call(Method::GET, &path, None, "actions: read", budget)
+            .await?
+            .json()?;
+        Ok(translate::find_by_run_name(&list.workflow_runs, run_name).cloned())
+    }
+
+    /// Finds the run a dispatch made, listing a few times within the request.
+    async fn find_dispatched(
+        &self,
+        run_name: &str,
+        since: u64,
+        budget: &mut Budget,
+    ) -> Result<NativeRef, EngineError> {
+        for attempt in 0..LOOKUPS {
+            if attempt > 0 {
+                tokio::time::sleep(self.lookup_delay).await;
+            }
+            let found = self
+                .list_find(
+                    &self.target.owner,
+                    &self.target.repo,
+                    run_name,
+                    Some(since),
+                    budget,
+                )
+                .await?;
+            if let Some(run) = found {
+                return Ok(self.reference(RunKey::Id(run.id)));
+            }
+        }
+        // Not listed yet: hand out a reference by name; reads resolve it.
+        tracing::info!("dispatched run not listed yet; the reference names it");
+        Ok(self.reference(RunKey::Name {
+            run_name: run_name.to_owned(),
+            since,
+        }))
+    }
+
+    async fn dispatch(
+        &self,
+        inputs: &serde_json::Map<String, Value>,
+        run_details: bool,
+        budget: &mut Budget,
+    ) -> Result<client::Answer, EngineError> {
+        let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
+        if run_details {
+            body["return_run_details"] = json!(true);
+        }
+        self.client
+            .send(
+                Method::POST,
+                &format!("{}/dispatches", self.workflow_path()),
+                Some(&body),
+                budget,
+            )
+            .await
+    }
+
+    fn dispatch_refused(&self, answer: &client::Answer) -> EngineError {
+        if answer.status == 404 {
+            return EngineError::PermissionDenied {
+                action: "actions: write".to_owned(),
+                message: format!(
+                    "workflow {} of {}/{} not found (GitHub answers 404 also when the token cannot see it)",
+                    self.target.workflow, self.target.owner, self.target.repo
+                ),
+            };
+        }
+        refusal(answer, "actions: write")
+    }
+
+    /// Reads the run a reference names: by id, or by name through a listing.
+    async fn fetch(
+        &self,
+        r: &RunRef,
+        budget: &mut Budget,
+    ) -> Result<Result<WorkflowRun, RunState>, EngineError> {
+        match &r.key {
+            RunKey::Id(id) => {
+                let answer = self
+                    .client
+                    .call(
+                        Method::GET,
+                        &self.run_path(r, *id),
+                        None,
+                        "actions: read",
+                        budget,
+                    )
+                    .await?;
+                Ok(Ok(answer.json()?))
+            }
+            RunKey::Name { run_name, since } => {
+                let found = self
+                    .list_find(&r.owner, &r.repo, run_name, Some(*since), budget)
+                    .await?;
+                match found {
+                    Some(run) => Ok(Ok(run)),
+                    None if now_epoch().saturating_sub(*since) > LOST_AFTER.as_secs() + SKEW => {
+                        Ok(Err(RunState::Failed {
+                            message: format!(
+                                "the dispatched run never appeared; does the workflow put inputs.{} into its run-name?",
+                                self.target.correlation_input
+                            ),
+                        }))
+                    }
+                    None => Ok(Err(RunState::working(
+                        "dispatched, waiting for GitHub to list the run",
+                    ))),
+                }
+            }
+        }
+    }
+
+    async fn resolve_id(&self, r: &RunRef, budget: &mut Budget) -> Result<u64, EngineError> {
+        match &r.key {
+            RunKey::Id(id) => Ok(*id),
+            RunKey::Name { .. } => match self.fetch(r, budget).await? {
+                Ok(run) => Ok(run.id),
+                Err(_) => Err(EngineError::Unavailable {
+                    message: "the dispatched run is not listed by GitHub yet".to_owned(),
+                    source: None,
+                }),
+            },
+        }
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        permission: &str,
+        budget: &mut Budget,
+    ) -> Result<T, EngineError> {
+        self.client
+            .call(Method::GET, path, None, permission, budget)
+            .await?
+            .json()
+    }
+}
+
+#[async_trait]
+impl Pipeline for GithubPipeline {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cancel: true,
+            input: self.target.approval.is_some(),
+            idempotent_start: false,
+            locate: true,
+            max_retention: None,
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
+        let t = &self.target;
+        let mut inputs = translate::dispatch_inputs(&request.arguments, &t.correlation_input)?;
+        let correlation = Value::String(request.run_name.clone());
+        if t.correlate == Correlate::Always {
+            inputs.insert(t.correlation_input.clone(), correlation.clone());
+        }
+        let since = now_epoch().saturating_sub(SKEW);
+        let mut budget = Budget::default();
+        let answer = self.dispatch(&inputs, true, &mut budget).await?;
+        match answer.status {
+            200 => {
+                let details: DispatchResponse = answer.json()?;
+                Ok(self.reference(RunKey::Id(details.workflow_run_id)))
+            }
+            204 if t.correlate == Correlate::Always => {
+                self.find_dispatched(&request.run_name, since, &mut budget)
+                    .await
+            }
+            204 => Err(EngineError::internal(
+                "GitHub dispatched the run but returned no run details; set correlate = \"always\" on this tool",
+            )),
+            400 | 422
+                if answer.status == 400 || answer.message().contains("return_run_details") =>
+            {
+                // An older server that does not know return_run_details: dispatch
+                // again without it, with the correlation input, and look the run up.
+                tracing::info!("dispatch without run details (older server)");
+                inputs.insert(t.correlation_input.clone(), correlation);
+                let again = self.dispatch(&inputs, false, &mut budget).await?;
+                if !again.ok() {
+                    return Err(self.dispatch_refused(&again));
+                }
+                self.find_dispatched(&request.run_name, since, &mut budget)
+                    .await
+            }
+            _ => Err(self.dispatch_refused(&answer)),
+        }
+    }
+
+    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        let r = RunRef::parse(run)?;
+        let mut budget = Budget::default();
+        let mut calls = 1;
+        let fetched = self.fetch(&r, &mut budget).await?;
+        let mut snapshot = match fetched {
+            Err(state) => Snapshot::new(state),
+            Ok(wr) => {
+                let needs = translate::needs(&wr);
+                let base = self.run_path(&r, wr.id);
+                let mut details = translate::Details::default();
+                if needs.jobs {
+                    calls += 1;
+                    let jobs: translate::JobList = self
+                        .get_json(
+                            &format!("{base}/jobs?per_page=100"),
+                            "actions: read",
+                            &mut budget,
+                        )
+                        .await?;
+                    details.jobs = Some(jobs.jobs);
+                }
+                if needs.artifacts {
+                    calls += 1;
+                    let list: translate::ArtifactList = self
+                        .get_json(
+                            &format!("{base}/artifacts?per_page=100"),
+                            "actions: read",
+                            &mut budget,
+                        )
+                        .await?;
+                    details.artifacts = Some(list.artifacts);
+                }
+                if needs.pending {
+                    calls += 1;
+                    details.pending = Some(
+                        self.get_json(
+                            &format!("{base}/pending_deployments"),
+                            "actions: read",
+                            &mut budget,
+                        )
+                        .await?,
+                    );
+                }
+                let state = translate::translate(&wr, &details, self.target.approval.as_ref());
+                translate::snapshot(&wr, state)
+            }
+        };
+        snapshot.poll_hint = poll_hint(&budget, now_epoch(), calls, self.low_budget);
+        Ok(snapshot)
+    }
+
+    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        let r = RunRef::parse(run)?;
+        let mut budget = Budget::default();
+        let id = self.resolve_id(&r, &mut budget).await?;
+        let answer = self
+            .client
+            .send(
+                Method::POST,
+                &format!("{}/cancel", self.run_path(&r, id)),
+                None,
+                &mut budget,
+            )
+            .await?;
+        if answer.ok() {
+            return Ok(());
+        }
+        if answer.status == 409 {
+            // GitHub refuses to cancel a run that already finished: the next read
+            // reports its real final state. Any other 409 is a real conflict.
+            let current: WorkflowRun = self
+                .get_json(&self.run_path(&r, id), "actions: read", &mut budget)
+                .await?;
+            if current.status.as_deref() == Some("completed") {
+                return Ok(());
+            }
+            return Err(EngineError::Conflict {
+                message: format!("GitHub cannot cancel the run now: {}", answer.message()),
+            });
+        }
+        Err(refusal(&answer, "actions: write"))
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        if self.target.approval.is_none() {
+            return Err(EngineError::unsupported("answer input"));
+        }
+        let body = translate::review_body(key, response)?;
+        let r = RunRef::parse(run)?;
+        let mut budget = Budget::default();
+        let id = self.resolve_id(&r, &mut budget).await?;
+        let answer = self
+            .client
+            .send(
+                Method::POST,
+                &format!("{}/pending_deployments", self.run_path(&r, id)),
+                Some(&body),
+                &mut budget,
+            )
+            .await?;
+        match answer.status {
+            s if (200..300).contains(&s) => Ok(()),
+            422 | 409 => Err(EngineError::Conflict {
+                message: format!(
+                    "the deployment review is no longer outstanding: {}",
+                    answer.message()
+                ),
+            }),
+            _ => Err(refusal(
+                &answer,
+                "deployments: write (and being a required reviewer of the environment)",
+            )),
+        }
+    }
+
+    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        let mut budget = Budget::default();
+        let found = self
+            .list_find(
+                &self.target.owner,
+                &self.target.repo,
+                run_name,
+                None,
+                &mut budget,
+            )
+            .await?;
+        Ok(found.map(|run| self.reference(RunKey::Id(run.id))))
+    }
+
+    async fn check(&self) -> Result<Vec<String>, EngineError> {
+        let t = &self.target;
+        let mut budget = Budget::default();
+        let wf: Value = self
+            .get_json(&self.workflow_path(), "actions: read", &mut budget)
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => EngineError::InvalidInput {
+                    message: format!(
+                        "workflow {} not found in {}/{} (or the token cannot see it)",
+                        t.workflow, t.owner, t.repo
+                    ),
+                },
+                other => other,
+            })?;
+        let path = wf.get("path").and_then(Value::as_str).unwrap_or_default();
+        let state = wf.get("state").and_then(Value::as_str).unwrap_or("unknown");
+        let mut findings = vec![format!(
+            "workflow {:?} ({path}) is {state}",
+            wf.get("name").and_then(Value::as_str).unwrap_or("?")
+        )];
+        if state != "active" {
+            findings.push("the workflow is not active: dispatches will be refused".to_owned());
+        }
+        let contents: Value = self
+            .get_json(
+                &format!(
+                    "{}/contents/{}?ref={}",
+                    self.own_repo(),
+                    encode_path(path),
+                    encode(&t.git_ref)
+                ),
+                "contents: read",
+                &mut budget,
+            )
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => EngineError::InvalidInput {
+                    message: format!("{path} not found at ref {:?}", t.git_ref),
+                },
+                other => other,
+            })?;
+        let encoded: String = contents
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let yaml = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| EngineError::internal("the workflow file is not base64 UTF-8 text"))?;
+        let declared = workflow::declared_inputs(&yaml).map_err(|e| EngineError::InvalidInput {
+            message: e.to_string(),
+        })?;
+        let names: Vec<&str> = declared.keys().map(String::as_str).collect();
+        findings.push(format!("declared inputs: {names:?}"));
+        let corr = &t.correlation_input;
+        let in_run_name = yaml.contains(&format!("inputs.{corr}"));
+        if !declared.contains_key(corr) || !in_run_name {
+            let message = format!(
+                "the workflow does not declare the input {corr:?} and use it in its run-name \
+                 (run-name: \"deploy ${{{{ inputs.{corr} }}}}\"): runs cannot be found by name \
+                 on servers without dispatch run details, nor by client-token retries"
+            );
+            if t.correlate == Correlate::Always {
+                return Err(EngineError::InvalidInput { message });
+            }
+            findings.push(message);
+        }
+        let suggested = workflow::suggest_input_schema_for(&yaml, corr).map_err(|e| {
+            EngineError::InvalidInput {
+                message: e.to_string(),
+            }
+        })?;
+        findings.push(format!("suggested input_schema: {suggested}"));
+        Ok(findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_round_trip() {
+        for r in [
+            RunRef {
+                owner: "octo-org".into(),
+                repo: "octo.repo".into(),
+                key: RunKey::Id(30_433_642),
+            },
+            RunRef {
+                owner: "o".into(),
+                repo: "r".into(),
+                key: RunKey::Name {
+                    run_name: "tg-abc".into(),
+                    since: 1_700_000_000,
+                },
+            },
+        ] {
+            let text = r.encode();
+            assert!(text.len() < 300);
+            assert_eq!(RunRef::parse(&text).unwrap(), r);
+        }
+        assert_eq!(
+            RunRef::parse("o/r/30433642").unwrap().key,
+            RunKey::Id(30_433_642)
+        );
+        for bad in ["", "o/r", "o/r/x", "/r/1", "o/r/~n", "o/r/~n~x"] {
+            assert!(
+                matches!(RunRef::parse(bad), Err(EngineError::NotFound)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn search_dates() {
+        assert_eq!(iso(1_579_721_588), "2020-01-22T19:33:08Z");
+    }
+}

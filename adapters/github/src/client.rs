@@ -1,0 +1,329 @@
+//! The only module that talks to GitHub. It sends requests through octocrab's
+//! generic request methods (the typed builders lack `return_run_details` and the
+//! headers taskgate needs), records the API budget every answer reports, and maps
+//! GitHub's refusals to [`EngineError`]s in one place.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use taskgate_engine::{ConfigError, EngineError};
+
+use crate::budget::{rate_limited, Budget};
+use crate::config::{Auth, Validated};
+
+/// The REST API version taskgate speaks.
+pub const API_VERSION: &str = "2022-11-28";
+
+/// One answer from GitHub, whatever its status.
+#[derive(Debug)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body, as text.
+    pub body: String,
+}
+
+impl Answer {
+    /// True for 2xx.
+    #[must_use]
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The body parsed as `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Internal`] when it does not parse.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
+        serde_json::from_str(&self.body).map_err(|e| EngineError::Internal {
+            message: format!(
+                "GitHub answered a body taskgate cannot read (HTTP {})",
+                self.status
+            ),
+            source: Some(Box::new(e)),
+        })
+    }
+
+    /// GitHub's `message`, when the body carries one.
+    #[must_use]
+    pub fn message(&self) -> String {
+        serde_json::from_str::<Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| self.body.chars().take(200).collect())
+    }
+}
+
+/// A GitHub REST client shared by an engine's pipelines.
+#[derive(Clone)]
+pub struct Client {
+    octo: Arc<Octocrab>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+/// The seconds since the epoch, now.
+#[must_use]
+pub fn now_epoch() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Client {
+    /// Builds the client. No request is made: App installation tokens are minted on
+    /// the first request that needs one.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when the base URL or the private key is unusable.
+    pub fn new(settings: &Validated) -> Result<Self, ConfigError> {
+        let builder = Octocrab::builder()
+            .base_uri(settings.base_url.as_str())
+            .map_err(|e| ConfigError::new("base_url", e.to_string()))?
+            .add_header(
+                http::header::ACCEPT,
+                "application/vnd.github+json".to_owned(),
+            )
+            .set_connect_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .set_write_timeout(Some(Duration::from_secs(30)));
+        let octo = match &settings.auth {
+            Auth::Token(token) => builder
+                .personal_token(token.clone())
+                .build()
+                .map_err(|e| ConfigError::new("", format!("cannot build the client: {e}")))?,
+            Auth::App {
+                app_id,
+                private_key_pem,
+                installation_id,
+            } => {
+                let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem).map_err(|e| {
+                    ConfigError::new("private_key_file", format!("not an RSA private key: {e}"))
+                })?;
+                builder
+                    .app((*app_id).into(), key)
+                    .build()
+                    .map_err(|e| ConfigError::new("", format!("cannot build the client: {e}")))?
+                    .installation((*installation_id).into())
+                    .map_err(|e| ConfigError::new("installation_id", e.to_string()))?
+            }
+        };
+        Ok(Self {
+            octo: Arc::new(octo),
+        })
+    }
+
+    /// Sends one request and returns GitHub's answer whatever its status, noting the
+    /// budget it reports in `budget`.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unavailable`] when GitHub cannot be reached;
+    /// [`EngineError::PermissionDenied`] / [`EngineError::Throttled`] when minting an
+    /// App installation token is refused.
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+        budget: &mut Budget,
+    ) -> Result<Answer, EngineError> {
+        let response = match method {
+            http::Method::GET => self.octo._get(path).await,
+            http::Method::POST => match body {
+                Some(body) => self.octo._post(path, Some(body)).await,
+                None => self.octo._post(path, None::<&()>).await,
+            },
+            other => return Err(EngineError::internal(format!("unsupported method {other}"))),
+        }
+        .map_err(transport_error)?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        *budget = budget.tighter(Budget::from_headers(&headers));
+        let body = self
+            .octo
+            .body_to_string(response)
+            .await
+            .map_err(|e| EngineError::unavailable("reading GitHub's answer failed", e))?;
+        tracing::debug!(%method, path, status, "github request");
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// As [`Client::send`], then maps any non-2xx answer to an error.
+    /// `permission` names the GitHub permission the request needs, for
+    /// [`EngineError::PermissionDenied`].
+    ///
+    /// # Errors
+    ///
+    /// See [`refusal`].
+    pub async fn call(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+        permission: &str,
+        budget: &mut Budget,
+    ) -> Result<Answer, EngineError> {
+        let answer = self.send(method, path, body, budget).await?;
+        if answer.ok() {
+            Ok(answer)
+        } else {
+            Err(refusal(&answer, permission))
+        }
+    }
+}
+
+/// Maps a non-2xx answer to an [`EngineError`]: rate limits (403/429, see
+/// [`rate_limited`]) to `Throttled`, 401 and other 403s to `PermissionDenied`
+/// naming `permission`, 404 to `NotFound`, 409 to `Conflict`, 400/422 to
+/// `InvalidInput`, anything else to `Unavailable`.
+#[must_use]
+pub fn refusal(answer: &Answer, permission: &str) -> EngineError {
+    let message = answer.message();
+    if let Some(retry_after) = rate_limited(answer.status, &answer.headers, &message, now_epoch()) {
+        return EngineError::Throttled {
+            retry_after: Some(retry_after),
+            message: format!("GitHub rate limit: {message}"),
+        };
+    }
+    match answer.status {
+        401 => EngineError::PermissionDenied {
+            action: "authentication".to_owned(),
+            message: format!("GitHub refused the credentials: {message}"),
+        },
+        403 => EngineError::PermissionDenied {
+            action: permission.to_owned(),
+            message,
+        },
+        404 => EngineError::NotFound,
+        409 => EngineError::Conflict { message },
+        400 | 422 => EngineError::InvalidInput { message },
+        status => EngineError::Unavailable {
+            message: format!("GitHub answered HTTP {status}: {message}"),
+            source: None,
+        },
+    }
+}
+
+fn transport_error(error: octocrab::Error) -> EngineError {
+    if let octocrab::Error::GitHub { source, .. } = &error {
+        // Only the installation token exchange surfaces GitHub errors here.
+        let headers = source.headers.clone().unwrap_or_default();
+        let answer = Answer {
+            status: source.status_code.as_u16(),
+            headers,
+            body: serde_json::json!({"message": source.message}).to_string(),
+        };
+        return refusal(&answer, "GitHub App installation token");
+    }
+    EngineError::unavailable("GitHub could not be reached", error)
+}
+
+/// Percent-encodes `text` for a path segment or a query value.
+#[must_use]
+pub fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Percent-encodes a repository path, keeping its `/`.
+#[must_use]
+pub fn encode_path(path: &str) -> String {
+    path.split('/').map(encode).collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, headers: &[(&'static str, &str)], body: &str) -> Answer {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, v.parse().unwrap());
+        }
+        Answer {
+            status,
+            headers: h,
+            body: body.to_owned(),
+        }
+    }
+
+    #[test]
+    fn refusals_map_to_engine_errors() {
+        let e = refusal(
+            &answer(
+                403,
+                &[("retry-after", "7")],
+                r#"{"message":"You have exceeded a secondary rate limit"}"#,
+            ),
+            "actions: write",
+        );
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        let e = refusal(
+            &answer(
+                403,
+                &[("x-ratelimit-remaining", "4000")],
+                r#"{"message":"Resource not accessible by personal access token"}"#,
+            ),
+            "actions: write",
+        );
+        assert!(
+            matches!(e, EngineError::PermissionDenied { ref action, .. } if action == "actions: write"),
+            "{e:?}"
+        );
+        assert!(matches!(
+            refusal(&answer(404, &[], "{}"), "x"),
+            EngineError::NotFound
+        ));
+        assert!(matches!(
+            refusal(&answer(409, &[], "{}"), "x"),
+            EngineError::Conflict { .. }
+        ));
+        assert!(matches!(
+            refusal(&answer(422, &[], r#"{"message":"Unexpected inputs provided: [\"x\"]"}"#), "x"),
+            EngineError::InvalidInput { ref message } if message.contains("Unexpected inputs")
+        ));
+        assert!(refusal(&answer(502, &[], "bad gateway"), "x").is_retryable());
+        assert!(matches!(
+            refusal(&answer(401, &[], "{}"), "x"),
+            EngineError::PermissionDenied { .. }
+        ));
+    }
+
+    #[test]
+    fn encoding() {
+        assert_eq!(encode("feature/x y"), "feature%2Fx%20y");
+        assert_eq!(
+            encode(">=2020-01-01T00:00:00Z"),
+            "%3E%3D2020-01-01T00%3A00%3A00Z"
+        );
+        assert_eq!(
+            encode_path(".github/workflows/a b.yml"),
+            ".github/workflows/a%20b.yml"
+        );
+    }
+}
