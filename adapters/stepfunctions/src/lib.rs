@@ -1,1 +1,392 @@
-//! The stepfunctions engine of taskgate (placeholder until its issue lands).
+//! The AWS Step Functions engine of taskgate: a tool call starts an execution of a
+//! Standard state machine; its status, result, cancellation and human step are read
+//! from and sent to Step Functions on each client request. Nothing is kept between
+//! requests: the native reference is the execution ARN.
+//!
+//! See `README.md` beside this crate for settings, the tool target and the IAM
+//! policy.
+
+mod client;
+mod config;
+mod translate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use taskgate_engine::{
+    async_trait, Capabilities, ConfigError, Engine, EngineError, InputAction, InputResponse,
+    NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+};
+
+pub use client::{
+    map_error, ClientOptions, SfnClient, StateMachineInfo, Started, ATTEMPT_TIMEOUT,
+    CONNECT_TIMEOUT, DEFAULT_RETRY_AFTER, HISTORY_PAGE, MAX_ATTEMPTS, OPERATION_TIMEOUT,
+};
+pub use config::{EngineSettings, HumanStep, StateMachineArn, ToolTarget};
+pub use translate::{
+    current_state, epoch_seconds, execution_input, find_token, parse_request_key,
+    pending_human_task, request_key, run_state, same_input, snapshot, Execution,
+    HistoryEvent, HistoryPage, PendingHumanTask, StateDetails, TaskScheduled, TaskToken,
+    DECLINED_ERROR,
+};
+
+/// The engine kind written in `[engines.NAME]`.
+pub const KIND: &str = "stepfunctions";
+
+/// How long Step Functions keeps a Standard execution after it ends.
+pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+
+/// Builds a Step Functions engine from its settings (the `[engines.NAME]` table
+/// without `kind` and `call_timeout`). Makes no upstream call.
+///
+/// # Errors
+///
+/// A [`ConfigError`] keyed by the offending setting.
+pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
+    build_with(settings, ClientOptions::default()).await
+}
+
+/// As [`build`], with extra wiring for the SDK client (a custom HTTP client or
+/// interceptors, such as a fault-injecting one in tests).
+///
+/// # Errors
+///
+/// A [`ConfigError`] keyed by the offending setting.
+pub async fn build_with(
+    settings: Value,
+    options: ClientOptions,
+) -> Result<Arc<dyn Engine>, ConfigError> {
+    let settings = EngineSettings::from_value(settings)?;
+    let client = SfnClient::new(&settings, options).await;
+    Ok(Arc::new(StepFunctions { settings, client }))
+}
+
+/// A configured Step Functions engine.
+#[derive(Debug)]
+pub struct StepFunctions {
+    settings: EngineSettings,
+    client: SfnClient,
+}
+
+#[async_trait]
+impl Engine for StepFunctions {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        let target: ToolTarget = tool.target()?;
+        let arn = target.validate(&self.settings.region)?;
+        Ok(Arc::new(SfnPipeline {
+            client: self.client.clone(),
+            target,
+            arn,
+        }))
+    }
+
+    async fn probe(&self) -> Result<Vec<String>, EngineError> {
+        self.client.list_one_state_machine().await?;
+        Ok(vec![format!(
+            "Step Functions answers in {} and allows states:ListStateMachines",
+            self.settings.region
+        )])
+    }
+}
+
+/// A tool bound to a state machine.
+#[derive(Debug)]
+struct SfnPipeline {
+    client: SfnClient,
+    target: ToolTarget,
+    arn: StateMachineArn,
+}
+
+impl SfnPipeline {
+    /// The execution ARN, when `run` is an execution of this tool's state machine;
+    /// anything else reads as not found.
+    fn own<'a>(&self, run: &'a NativeRef) -> Result<&'a str, EngineError> {
+        let name = run
+            .strip_prefix(&self.arn.execution_prefix())
+            .ok_or(EngineError::NotFound)?;
+        if name.is_empty() || name.contains(':') {
+            return Err(EngineError::NotFound);
+        }
+        Ok(run)
+    }
+}
+
+#[async_trait]
+impl Pipeline for SfnPipeline {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cancel: true,
+            input: self.target.human_step.is_some(),
+            idempotent_start: true,
+            locate: true,
+            max_retention: Some(RETENTION),
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
+        let input = execution_input(&request.arguments, self.target.input_key.as_deref());
+        let started = self
+            .client
+            .start_execution(&self.target.state_machine_arn, &request.run_name, input.clone())
+            .await?;
+        match started {
+            Started::Execution(arn) => {
+                tracing::info!(state_machine = %self.arn.name, run_name = %request.run_name, "execution started");
+                Ok(arn)
+            }
+            Started::AlreadyExists => {
+                let arn = self.arn.execution_arn(&request.run_name);
+                let existing = match self.client.describe_execution(&arn).await {
+                    Ok(existing) => existing,
+                    Err(EngineError::NotFound) => {
+                        return Err(EngineError::Conflict {
+                            message: format!(
+                                "an execution named {} exists but is not an execution of this state machine",
+                                request.run_name
+                            ),
+                        })
+                    }
+                    Err(e) => return Err(e),
+                };
+                match existing.input.as_deref() {
+                    Some(previous) if same_input(previous, &input) => {
+                        tracing::info!(state_machine = %self.arn.name, run_name = %request.run_name, "execution already started with the same input");
+                        Ok(arn)
+                    }
+                    _ => Err(EngineError::Conflict {
+                        message: format!(
+                            "an execution named {} already exists with other input",
+                            request.run_name
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
+    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        let arn = self.own(run)?;
+        let execution = self.client.describe_execution(arn).await?;
+        let history = if execution.status == "RUNNING" {
+            match self.client.history_page(arn).await {
+                Ok(page) => Some(page),
+                // Without a human step, the history only names the current state:
+                // a read still answers without it.
+                Err(e) if self.target.human_step.is_none() && !e.is_retryable() => {
+                    tracing::warn!(error = %e, "cannot read the execution history; status without the current state");
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        Ok(snapshot(
+            &execution,
+            history.as_ref(),
+            self.target.human_step.as_ref(),
+        ))
+    }
+
+    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        let arn = self.own(run)?;
+        self.client.stop_execution(arn).await?;
+        tracing::info!(state_machine = %self.arn.name, "execution stop requested");
+        Ok(())
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        let Some(step) = &self.target.human_step else {
+            return Err(EngineError::unsupported("answer input"));
+        };
+        let arn = self.own(run)?;
+        let not_outstanding = || EngineError::Conflict {
+            message: format!("input request {key:?} is not outstanding"),
+        };
+        let (state, scheduled_id) = parse_request_key(key).ok_or_else(not_outstanding)?;
+        if state != step.state {
+            return Err(not_outstanding());
+        }
+        let page = self.client.history_page(arn).await?;
+        let task = pending_human_task(&page, &step.state)
+            .filter(|t| t.scheduled_id == scheduled_id)
+            .ok_or_else(not_outstanding)?;
+        let token = find_token(&task.scheduled.parameters, step.token_pointer.as_deref())
+            .ok_or_else(|| {
+                EngineError::internal(format!(
+                    "no task token in the parameters of state {}: put $$.Task.Token in its Parameters, or set target.human_step.token_pointer",
+                    step.state
+                ))
+            })?;
+        match response.action {
+            InputAction::Accept => {
+                let output = response
+                    .content
+                    .clone()
+                    .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+                self.client
+                    .send_task_success(&token, output.to_string())
+                    .await?;
+            }
+            InputAction::Decline => {
+                self.client
+                    .send_task_failure(&token, DECLINED_ERROR, "the person declined")
+                    .await?;
+            }
+            InputAction::Cancel => {
+                self.client
+                    .send_task_failure(&token, DECLINED_ERROR, "the person dismissed the question")
+                    .await?;
+            }
+        }
+        tracing::info!(state_machine = %self.arn.name, state = %step.state, action = ?response.action, "human step answered");
+        Ok(())
+    }
+
+    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        let arn = self.arn.execution_arn(run_name);
+        match self.client.describe_execution(&arn).await {
+            Ok(_) => Ok(Some(arn)),
+            Err(EngineError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn check(&self) -> Result<Vec<String>, EngineError> {
+        let arn = self.arn.unqualified();
+        let machine = match self.client.describe_state_machine(&arn).await {
+            Ok(machine) => machine,
+            Err(EngineError::NotFound) => {
+                return Err(EngineError::InvalidInput {
+                    message: format!("state machine {arn} does not exist"),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if machine.express {
+            return Err(EngineError::InvalidInput {
+                message: format!(
+                    "state machine {arn} is an Express workflow. Express workflows cannot be described; taskgate needs Standard"
+                ),
+            });
+        }
+        let mut findings = vec![format!("state machine {arn} exists and is Standard")];
+        if let Some(step) = &self.target.human_step {
+            match waits_for_token(&machine.definition, &step.state) {
+                Some(true) => findings.push(format!(
+                    "human step: state {} waits for a task token",
+                    step.state
+                )),
+                Some(false) => {
+                    return Err(EngineError::InvalidInput {
+                        message: format!(
+                            "human step: state {} of {arn} is not a .waitForTaskToken task",
+                            step.state
+                        ),
+                    })
+                }
+                None => {
+                    return Err(EngineError::InvalidInput {
+                        message: format!("human step: {arn} has no state named {}", step.state),
+                    })
+                }
+            }
+        }
+        Ok(findings)
+    }
+}
+
+/// Whether the state named `state` (anywhere in the definition, including
+/// Parallel branches and Map processors) is a `.waitForTaskToken` task; `None`
+/// when there is no such state.
+fn waits_for_token(definition: &str, state: &str) -> Option<bool> {
+    fn find<'a>(value: &'a Value, state: &str) -> Option<&'a Value> {
+        match value {
+            Value::Object(map) => {
+                if let Some(found) = map
+                    .get("States")
+                    .and_then(Value::as_object)
+                    .and_then(|states| states.get(state))
+                {
+                    return Some(found);
+                }
+                map.values().find_map(|v| find(v, state))
+            }
+            Value::Array(items) => items.iter().find_map(|v| find(v, state)),
+            _ => None,
+        }
+    }
+    let definition: Value = serde_json::from_str(definition).ok()?;
+    let found = find(&definition, state)?;
+    Some(
+        found.get("Type").and_then(Value::as_str) == Some("Task")
+            && found
+                .get("Resource")
+                .and_then(Value::as_str)
+                .is_some_and(|r| r.ends_with(".waitForTaskToken")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_definition_says_which_state_waits_for_a_token() {
+        let machine = fixture("describe_state_machine_standard.json");
+        let definition = machine["definition"].as_str().unwrap();
+        assert_eq!(waits_for_token(definition, "Approve"), Some(true));
+        assert_eq!(waits_for_token(definition, "Prepare"), Some(false));
+        assert_eq!(waits_for_token(definition, "Nope"), None);
+        let nested = json!({"StartAt": "P", "States": {"P": {"Type": "Parallel", "Branches": [
+            {"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken", "End": true}}}
+        ], "End": true}}});
+        assert_eq!(waits_for_token(&nested.to_string(), "A"), Some(true));
+    }
+
+    #[tokio::test]
+    async fn build_validates_and_bind_checks_targets() {
+        let err = build(json!({"region": "us-east-1", "bogus": 1})).await.err().unwrap();
+        assert_eq!(err.key, "bogus");
+        let engine = build(json!({"region": "us-east-1", "endpoint_url": "http://127.0.0.1:1"}))
+            .await
+            .unwrap();
+        assert_eq!(engine.kind(), KIND);
+        let tool = |target: Value| ToolDecl {
+            name: "t".into(),
+            target,
+            keep_alive: None,
+        };
+        let err = engine
+            .bind(&tool(json!({"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:A", "inputkey": "x"})))
+            .err()
+            .unwrap();
+        assert_eq!(err.key, "target.inputkey");
+        let pipeline = engine
+            .bind(&tool(json!({"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:A"})))
+            .unwrap();
+        let caps = pipeline.capabilities();
+        assert!(caps.cancel && caps.idempotent_start && caps.locate && !caps.input);
+        assert_eq!(caps.max_retention, Some(RETENTION));
+        // A reference to another state machine's execution is not found, without
+        // asking upstream (the endpoint above does not answer).
+        let foreign = "arn:aws:states:us-east-1:123456789012:execution:B:tg-x".to_owned();
+        assert!(matches!(pipeline.read(&foreign).await, Err(EngineError::NotFound)));
+    }
+}
