@@ -1,1 +1,161 @@
-fn main() {}
+//! The `taskgate` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// taskgate: run existing pipelines as long-running MCP tools.
+#[derive(Parser)]
+#[command(name = "taskgate", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP over Streamable HTTP (default) or stdio.
+    Serve {
+        /// The config file.
+        #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
+        config: PathBuf,
+        /// Serve one client on stdin/stdout instead of HTTP.
+        #[arg(long)]
+        stdio: bool,
+        /// Override server.listen.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Validate the config, then probe each engine and tool target.
+    CheckConfig {
+        /// The config file.
+        #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
+        config: PathBuf,
+    },
+    /// Print the tool catalog as clients see it (2026-07-28 tools/list).
+    Tools {
+        /// The config file.
+        #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
+        config: PathBuf,
+    },
+    /// Internal: the exec engine's detached run supervisor.
+    #[command(hide = true)]
+    Supervise {
+        /// Arguments for the supervisor.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TASKGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Supervise { args } = &cli.command {
+        return taskgate_exec::supervise_main(args);
+    }
+    init_logs(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run(cli.command))
+}
+
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Serve {
+            config,
+            stdio,
+            listen,
+        } => {
+            let gw = match taskgate::load(&config).await {
+                Ok(gw) => Arc::new(gw),
+                Err(e) => {
+                    eprintln!("taskgate: config error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let outcome = if stdio {
+                taskgate::stdio::serve(gw, tokio::io::stdin(), tokio::io::stdout()).await
+            } else {
+                let addr = listen.unwrap_or(gw.server.listen);
+                taskgate::http::serve(gw, addr).await
+            };
+            match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("taskgate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::CheckConfig { config } => {
+            let gw = match taskgate::load(&config).await {
+                Ok(gw) => gw,
+                Err(e) => {
+                    eprintln!("taskgate: config error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            println!("{}: configuration is valid ({} tools)", config.display(), gw.tools().len());
+            let mut ok = true;
+            for tool in gw.tools() {
+                match tool.pipeline.check().await {
+                    Ok(findings) => {
+                        println!("tool {}: ok", tool.name());
+                        for f in findings {
+                            println!("  {f}");
+                        }
+                    }
+                    Err(e) => {
+                        ok = false;
+                        println!("tool {}: FAILED: {e}", tool.name());
+                    }
+                }
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Command::Tools { config } => match taskgate::load(&config).await {
+            Ok(gw) => {
+                let tools: Vec<serde_json::Value> = gw
+                    .tools()
+                    .iter()
+                    .map(|t| taskgate::wire::tool_entry(t, taskgate::wire::Version::V2026_07_28, None))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("taskgate: config error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
+    }
+}

@@ -1,0 +1,331 @@
+//! The configuration file: one TOML file, with environment overrides
+//! (`TASKGATE__SERVER__LISTEN=…` overrides `server.listen`).
+//!
+//! Loading is pure: it reads the file and the environment, checks every value, and
+//! names the offending key and file on error. No engine client is built here.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A configuration error, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {message}")]
+pub struct ConfigFileError {
+    /// The config file.
+    pub file: String,
+    /// The dotted path of the offending key (empty when the file itself is at fault).
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// How the server listens and guards its HTTP endpoint.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The keys that seal task handles and sessions.
+    pub keys: KeysConfig,
+    /// Who may call over HTTP.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Engine instances by name (`[engines.NAME]`, each with a `kind`).
+    #[serde(default)]
+    pub engines: BTreeMap<String, Value>,
+    /// The tools clients see.
+    #[serde(default)]
+    pub tools: Vec<ToolConfig>,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address of the Streamable HTTP endpoint (`POST /mcp`). Default `127.0.0.1:8808`:
+    /// loopback only.
+    pub listen: SocketAddr,
+    /// `Origin` values allowed to call (for browser-based clients). A request that
+    /// carries any other `Origin` gets 403. Requests without `Origin` are allowed.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values allowed besides the loopback names (`localhost`, `127.0.0.1`,
+    /// `[::1]`, with or without port), which guard against DNS rebinding. Set it to
+    /// the names clients use when taskgate listens on a non-loopback address; `["*"]`
+    /// turns the check off.
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body accepted, in bytes (larger: 413). Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// Deadline of every single call to an engine. Default `15s`.
+    #[serde(with = "humantime_serde")]
+    pub call_timeout: Duration,
+    /// Longest a client request may wait for a run (a synchronous call of a
+    /// long-running tool, a blocking result). Default `60s`.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8808)),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+            call_timeout: Duration::from_secs(15),
+            max_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `[keys]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysConfig {
+    /// Sealing keys. The first seals new handles; all of them open (rotation: put
+    /// the new key first and keep the old one until its handles have expired).
+    pub seal: Vec<KeyConfig>,
+}
+
+/// One sealing key. Exactly one of `secret_env`, `secret_file` or `dev_secret`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// A short id written in clear into each handle, so the right key opens it
+    /// (`[A-Za-z0-9_-]`, at most 16 characters).
+    pub id: String,
+    /// Environment variable that holds the secret (at least 32 characters).
+    pub secret_env: Option<String>,
+    /// File that holds the secret (at least 32 characters; surrounding white space
+    /// is ignored).
+    pub secret_file: Option<PathBuf>,
+    /// The secret itself, in clear in the file. For development only: taskgate
+    /// warns loudly at startup when it is used.
+    pub dev_secret: Option<String>,
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Static bearer tokens for HTTP. Empty: every HTTP caller is `anonymous`.
+    /// Otherwise a request without a listed token gets 401.
+    #[serde(default)]
+    pub bearer: Vec<BearerConfig>,
+}
+
+/// One static bearer token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BearerConfig {
+    /// The caller this token identifies. Tasks are bound to it.
+    pub caller: String,
+    /// Environment variable that holds the token.
+    pub token_env: Option<String>,
+    /// File that holds the token.
+    pub token_file: Option<PathBuf>,
+}
+
+/// How a tool runs, as clients see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    /// Only as a task (or operation): clients without a long-running dialect do not
+    /// see it, unless its `legacy` policy says otherwise.
+    Async,
+    /// As a task for clients that can, synchronously (waiting up to `max_wait`) for
+    /// the others.
+    #[default]
+    Hybrid,
+    /// Always synchronously: the call waits for the run and returns its result.
+    Sync,
+}
+
+/// What a client without a long-running dialect gets from a long-running tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LegacyPolicy {
+    /// The tool is not listed for such clients.
+    Hide,
+    /// The call waits up to `max_wait`, with progress notifications when asked.
+    Wait,
+    /// The call returns a handle at once; companion tools read, fetch and cancel it.
+    Handles,
+}
+
+/// `[[tools]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// Name clients call it by (`[A-Za-z0-9_.-]`, 1 to 64 characters).
+    pub name: String,
+    /// A human-friendly title.
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    pub description: Option<String>,
+    /// The engine instance that runs it (a key of `[engines]`).
+    pub engine: String,
+    /// JSON Schema (2020-12) of the arguments; its root must be `type = "object"`.
+    /// Arguments are checked against it before any engine call.
+    #[serde(default = "empty_object_schema")]
+    pub input_schema: Value,
+    /// JSON Schema of the structured result, if the pipeline produces one.
+    pub output_schema: Option<Value>,
+    /// `async`, `hybrid` (default) or `sync`.
+    #[serde(default)]
+    pub mode: ToolMode,
+    /// What clients without a long-running dialect get: `hide` (default for
+    /// `async` tools), `wait` (default for the others) or `handles`.
+    pub legacy: Option<LegacyPolicy>,
+    /// How often clients should poll (told to them as the poll interval). Default `5s`.
+    #[serde(default = "default_poll", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// How long a task stays readable, counted from its creation (the `ttlMs` told
+    /// to clients; an expired handle reads as not found). Default `24h`. Engines
+    /// with native retention (Kubernetes' `ttlSecondsAfterFinished`) enforce it.
+    #[serde(default = "default_keep_alive", with = "humantime_serde")]
+    pub keep_alive: Duration,
+    /// Longest a synchronous call of this tool waits. Default: `server.max_wait`.
+    #[serde(default, with = "humantime_serde")]
+    pub max_wait: Option<Duration>,
+    /// The engine-specific target (a state machine, a Job template, a workflow, a
+    /// command). See each engine's section.
+    #[serde(default = "empty_table")]
+    pub target: Value,
+}
+
+impl ToolConfig {
+    /// The effective legacy policy.
+    #[must_use]
+    pub fn legacy_policy(&self) -> LegacyPolicy {
+        self.legacy.unwrap_or(match self.mode {
+            ToolMode::Async => LegacyPolicy::Hide,
+            _ => LegacyPolicy::Wait,
+        })
+    }
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+fn empty_table() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+fn default_poll() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_keep_alive() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+/// Reads `path` with environment overrides and deserializes it.
+///
+/// # Errors
+///
+/// A [`ConfigFileError`] naming the file and, where serde says it, the key.
+pub fn load(path: &Path) -> Result<FileConfig, ConfigFileError> {
+    let file = path.display().to_string();
+    if !path.exists() {
+        return Err(ConfigFileError {
+            file,
+            key: String::new(),
+            message: "the file does not exist".into(),
+        });
+    }
+    let built = config::Config::builder()
+        .add_source(config::File::from(path).format(config::FileFormat::Toml))
+        .add_source(
+            config::Environment::with_prefix("TASKGATE")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        )
+        .build()
+        .map_err(|e| ConfigFileError {
+            file: file.clone(),
+            key: String::new(),
+            message: e.to_string(),
+        })?;
+    built
+        .try_deserialize::<FileConfig>()
+        .map_err(|e| split_config_error(&file, &e.to_string()))
+}
+
+/// The config crate says "… for key `a.b`": move that key to the front.
+fn split_config_error(file: &str, message: &str) -> ConfigFileError {
+    if let Some((what, key)) = message.rsplit_once(" for key `") {
+        let key = key.trim_end_matches('`').to_owned();
+        // Name the unknown field itself in the key path.
+        let key = match what.strip_prefix("unknown field `") {
+            Some(rest) => match rest.split_once('`') {
+                Some((field, _)) => format!("{key}.{field}"),
+                None => key,
+            },
+            None => key,
+        };
+        ConfigFileError {
+            file: file.to_owned(),
+            key,
+            message: what.to_owned(),
+        }
+    } else {
+        let key = message
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split_once('`'))
+            .map(|(k, _)| k.to_owned())
+            .unwrap_or_default();
+        ConfigFileError {
+            file: file.to_owned(),
+            key,
+            message: message.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    const MINIMAL: &str = "[keys]\nseal = [{ id = \"k1\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+
+    #[test]
+    fn unknown_key_is_named_with_its_path() {
+        let f = write(&format!("{MINIMAL}[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n"));
+        let err = load(f.path()).unwrap_err();
+        assert_eq!(err.key, "server.lisen", "{err}");
+        assert!(err.to_string().contains(&f.path().display().to_string()));
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let f = write(MINIMAL);
+        let cfg = load(f.path()).unwrap();
+        assert_eq!(cfg.server.listen.to_string(), "127.0.0.1:8808");
+        assert!(cfg.tools.is_empty());
+    }
+
+    #[test]
+    fn durations_are_human() {
+        let f = write(&format!(
+            "{MINIMAL}[[tools]]\nname = \"t\"\nengine = \"e\"\npoll_interval = \"250ms\"\nkeep_alive = \"2h\"\n"
+        ));
+        let cfg = load(f.path()).unwrap();
+        assert_eq!(cfg.tools[0].poll_interval, Duration::from_millis(250));
+        assert_eq!(cfg.tools[0].keep_alive, Duration::from_secs(7200));
+        assert_eq!(cfg.tools[0].legacy_policy(), LegacyPolicy::Wait);
+    }
+}

@@ -1,0 +1,363 @@
+//! Sealed handles: task ids and session ids that carry their own state.
+//!
+//! A handle reads `tg1.<key id>.<base64url(nonce ‖ ciphertext)>`. The plaintext
+//! names the tool, the native run and the times; the caller's identity is
+//! associated data, so a handle presented by another caller does not open. Any
+//! failure to open — unknown key, altered bytes, another caller, expiry — is one
+//! and the same [`Unsealed::None`]-like answer to the client: not found.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
+use chacha20poly1305::XChaCha20Poly1305;
+use hmac::{Hmac, Mac};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+const PREFIX: &str = "tg1";
+
+/// One key: its id and derived secrets.
+#[derive(Clone)]
+struct Key {
+    id: String,
+    aead: XChaCha20Poly1305,
+    mac: [u8; 32],
+}
+
+/// The configured keys: the first seals, all open.
+#[derive(Clone)]
+pub struct Keyring {
+    keys: Vec<Key>,
+}
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
+        f.debug_struct("Keyring").field("ids", &ids).finish()
+    }
+}
+
+/// What a task handle holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskClaims {
+    /// The dialect that created the task; a task is only found by its own dialect.
+    #[serde(rename = "d")]
+    pub dialect: Dialect,
+    /// Tool name.
+    #[serde(rename = "t")]
+    pub tool: String,
+    /// The engine's native reference.
+    #[serde(rename = "r")]
+    pub native: String,
+    /// Creation time, milliseconds since the Unix epoch.
+    #[serde(rename = "c")]
+    pub created_ms: u64,
+    /// Time to live from creation, milliseconds; `None` is unlimited.
+    #[serde(rename = "l")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl TaskClaims {
+    /// Creation time.
+    #[must_use]
+    pub fn created_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.created_ms)
+    }
+
+    /// True when the TTL has passed at `now`.
+    #[must_use]
+    pub fn expired_at(&self, now: SystemTime) -> bool {
+        match self.ttl_ms {
+            Some(ttl) => unix_ms(now) >= self.created_ms.saturating_add(ttl),
+            None => false,
+        }
+    }
+}
+
+/// Which wire dialect created a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Dialect {
+    /// MCP 2026-07-28 with the tasks extension.
+    #[serde(rename = "m")]
+    Modern,
+    /// MCP 2025-11-25 experimental tasks.
+    #[serde(rename = "t")]
+    Tasks2025,
+    /// A handle returned to a legacy client by the `handles` policy.
+    #[serde(rename = "h")]
+    LegacyHandle,
+}
+
+/// Why a key configuration is unusable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// No key configured.
+    #[error("at least one sealing key is required")]
+    Empty,
+    /// An id is malformed or repeated.
+    #[error("key id {0:?} must be 1-16 characters of [A-Za-z0-9_-] and unique")]
+    BadId(String),
+    /// A secret is too short.
+    #[error("the secret of key {0:?} must be at least 32 characters")]
+    ShortSecret(String),
+}
+
+impl Keyring {
+    /// Builds a keyring from `(id, secret)` pairs, the first sealing.
+    ///
+    /// # Errors
+    ///
+    /// A [`KeyError`] for an empty list, a bad or repeated id, or a short secret.
+    pub fn new(pairs: &[(String, String)]) -> Result<Self, KeyError> {
+        if pairs.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        let mut keys: Vec<Key> = Vec::new();
+        for (id, secret) in pairs {
+            let good_id = !id.is_empty()
+                && id.len() <= 16
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                && keys.iter().all(|k| &k.id != id);
+            if !good_id {
+                return Err(KeyError::BadId(id.clone()));
+            }
+            if secret.len() < 32 {
+                return Err(KeyError::ShortSecret(id.clone()));
+            }
+            let derive = |label: &str| -> [u8; 32] {
+                let mut h = Sha256::new();
+                h.update(b"taskgate key derivation v1\0");
+                h.update(label.as_bytes());
+                h.update([0]);
+                h.update(secret.as_bytes());
+                h.finalize().into()
+            };
+            let aead_key = derive("seal");
+            keys.push(Key {
+                id: id.clone(),
+                aead: XChaCha20Poly1305::new((&aead_key).into()),
+                mac: derive("name"),
+            });
+        }
+        Ok(Self { keys })
+    }
+
+    /// Seals `claims` for `caller` under the first key, with `purpose` binding the
+    /// handle to its use (a task handle never opens as a session id).
+    #[must_use]
+    pub fn seal<T: Serialize>(&self, purpose: &str, caller: &str, claims: &T) -> String {
+        let key = &self.keys[0];
+        let plaintext = serde_json::to_vec(claims).expect("claims serialize");
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = associated_data(purpose, &key.id, caller);
+        let ciphertext = key
+            .aead
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: &plaintext,
+                    aad: &aad,
+                },
+            )
+            .expect("sealing cannot fail for in-memory buffers");
+        let mut blob = nonce.to_vec();
+        blob.extend_from_slice(&ciphertext);
+        format!("{PREFIX}.{}.{}", key.id, URL_SAFE_NO_PAD.encode(blob))
+    }
+
+    /// Opens a handle sealed for `caller` and `purpose`. `None` for anything that
+    /// does not open: a made-up string, an unknown key id, altered bytes, another
+    /// caller or purpose.
+    #[must_use]
+    pub fn open<T: DeserializeOwned>(&self, purpose: &str, caller: &str, handle: &str) -> Option<T> {
+        let mut parts = handle.splitn(3, '.');
+        if parts.next()? != PREFIX {
+            return None;
+        }
+        let id = parts.next()?;
+        let blob = URL_SAFE_NO_PAD.decode(parts.next()?).ok()?;
+        if blob.len() < 24 + 16 {
+            return None;
+        }
+        let key = self.keys.iter().find(|k| k.id == id)?;
+        let (nonce, ciphertext) = blob.split_at(24);
+        let aad = associated_data(purpose, id, caller);
+        let plaintext = key
+            .aead
+            .decrypt(
+                nonce.into(),
+                Payload {
+                    msg: ciphertext,
+                    aad: &aad,
+                },
+            )
+            .ok()?;
+        serde_json::from_slice(&plaintext).ok()
+    }
+
+    /// Derives a run name from the caller, the tool and a client-chosen token,
+    /// keyed by the sealing key so nobody else can predict or collide with it:
+    /// `tg-` and 26 base32 characters (130 bits).
+    #[must_use]
+    pub fn derive_run_name(&self, caller: &str, tool: &str, token: &str) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.keys[0].mac).expect("any key size");
+        for part in [caller, tool, token] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        run_name_from(&mac.finalize().into_bytes())
+    }
+}
+
+fn associated_data(purpose: &str, key_id: &str, caller: &str) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(purpose.len() + key_id.len() + caller.len() + 8);
+    for part in [PREFIX, purpose, key_id, caller] {
+        aad.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        aad.extend_from_slice(part.as_bytes());
+    }
+    aad
+}
+
+/// A fresh random run name: `tg-` and 26 base32 characters (130 random bits).
+#[must_use]
+pub fn random_run_name() -> String {
+    let bytes: [u8; 24] = XChaCha20Poly1305::generate_nonce(&mut OsRng).into();
+    run_name_from(&bytes)
+}
+
+fn run_name_from(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut out = String::from("tg-");
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in bytes {
+        acc = (acc << 8) | u32::from(*b);
+        bits += 8;
+        while bits >= 5 && out.len() < 29 {
+            bits -= 5;
+            out.push(ALPHABET[((acc >> bits) & 31) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A short, label-safe tag of a caller (16 hex characters), for engine labels.
+#[must_use]
+pub fn caller_tag(caller: &str) -> String {
+    let digest = Sha256::digest(format!("taskgate caller\0{caller}").as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// Milliseconds since the Unix epoch.
+#[must_use]
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(pairs: &[(&str, &str)]) -> Keyring {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect();
+        Keyring::new(&pairs).unwrap()
+    }
+
+    const S1: &str = "first-secret-0123456789abcdef-0123";
+    const S2: &str = "second-secret-0123456789abcdef-012";
+
+    fn claims() -> TaskClaims {
+        TaskClaims {
+            dialect: Dialect::Modern,
+            tool: "t".into(),
+            native: "arn:aws:states:us-east-1:123456789012:execution:sm:tg-x".into(),
+            created_ms: 1_000,
+            ttl_ms: Some(5_000),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_binding() {
+        let k = ring(&[("k1", S1)]);
+        let h = k.seal("task", "alice", &claims());
+        assert!(h.starts_with("tg1.k1."));
+        assert!(!h.contains("arn"), "native ids never appear in clear");
+        assert_eq!(k.open::<TaskClaims>("task", "alice", &h), Some(claims()));
+        assert_eq!(k.open::<TaskClaims>("task", "bob", &h), None, "foreign caller");
+        assert_eq!(k.open::<TaskClaims>("session", "alice", &h), None, "other purpose");
+    }
+
+    #[test]
+    fn altered_forged_and_unknown_key_do_not_open() {
+        let k = ring(&[("k1", S1)]);
+        let h = k.seal("task", "alice", &claims());
+        let mut bytes = h.clone().into_bytes();
+        let last = bytes.len() - 3;
+        bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(bytes).unwrap();
+        for bad in [
+            altered.as_str(),
+            "tg1.k1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "tg1.k9.AAAA",
+            "job-1234",
+            "",
+        ] {
+            assert_eq!(k.open::<TaskClaims>("task", "alice", bad), None, "{bad}");
+        }
+        let other = ring(&[("k1", S2)]);
+        assert_eq!(other.open::<TaskClaims>("task", "alice", &h), None);
+    }
+
+    #[test]
+    fn rotation_first_seals_all_open() {
+        let old = ring(&[("k1", S1)]);
+        let h_old = old.seal("task", "a", &claims());
+        let rotated = ring(&[("k2", S2), ("k1", S1)]);
+        assert_eq!(rotated.open::<TaskClaims>("task", "a", &h_old), Some(claims()));
+        assert!(rotated.seal("task", "a", &claims()).starts_with("tg1.k2."));
+    }
+
+    #[test]
+    fn expiry() {
+        let c = claims();
+        assert!(!c.expired_at(UNIX_EPOCH + Duration::from_millis(5_999)));
+        assert!(c.expired_at(UNIX_EPOCH + Duration::from_millis(6_000)));
+    }
+
+    #[test]
+    fn run_names_fit_every_engine() {
+        let k = ring(&[("k1", S1)]);
+        let a = k.derive_run_name("alice", "tool", "op-1");
+        assert_eq!(a, k.derive_run_name("alice", "tool", "op-1"));
+        assert_ne!(a, k.derive_run_name("bob", "tool", "op-1"));
+        assert_ne!(a, k.derive_run_name("alice", "tool2", "op-1"));
+        for name in [a, random_run_name()] {
+            assert_eq!(name.len(), 29, "{name}");
+            assert!(name.starts_with("tg-"));
+            assert!(name[3..].bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+        }
+        assert_ne!(random_run_name(), random_run_name());
+    }
+
+    #[test]
+    fn bad_keys_are_refused() {
+        assert_eq!(Keyring::new(&[]).unwrap_err(), KeyError::Empty);
+        assert!(matches!(
+            Keyring::new(&[("k 1".into(), S1.into())]).unwrap_err(),
+            KeyError::BadId(_)
+        ));
+        assert!(matches!(
+            Keyring::new(&[("k1".into(), "short".into())]).unwrap_err(),
+            KeyError::ShortSecret(_)
+        ));
+    }
+}

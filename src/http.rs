@@ -1,0 +1,227 @@
+//! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+
+use crate::gateway::Gateway;
+use crate::legacy::Session;
+use crate::server::{self, Origin};
+
+/// The router serving `gw`.
+pub fn router(gw: Arc<Gateway>) -> Router {
+    let limit = gw.server.max_body_bytes;
+    Router::new()
+        .route(
+            "/mcp",
+            post(mcp)
+                .get(method_not_allowed)
+                .delete(method_not_allowed),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(gw)
+}
+
+/// Serves until the process is stopped.
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router(gw)).await
+}
+
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        "taskgate serves MCP with POST only\n",
+    )
+        .into_response()
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    let body = format!(
+        "# HELP taskgate_engine_calls_total Calls made to engines.\n\
+         # TYPE taskgate_engine_calls_total counter\n\
+         taskgate_engine_calls_total {}\n\
+         # HELP taskgate_engine_call_failures_total Engine calls that ended in an error.\n\
+         # TYPE taskgate_engine_call_failures_total counter\n\
+         taskgate_engine_call_failures_total {}\n",
+        gw.meter.calls(),
+        gw.meter.failures()
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+fn json_response(status: u16, body: &Value) -> Response {
+    let mut response = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn forbidden(why: &str) -> Response {
+    tracing::warn!(reason = why, "request refused with 403");
+    json_response(
+        403,
+        &json!({ "jsonrpc": "2.0", "error": { "code": crate::rpc::INVALID_REQUEST, "message": format!("Forbidden: {why}") } }),
+    )
+}
+
+/// True for loopback host names, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "::1")
+}
+
+fn host_allowed(gw: &Gateway, host: &str) -> bool {
+    let allowed = &gw.server.allowed_hosts;
+    if allowed.iter().any(|h| h == "*") {
+        return true;
+    }
+    is_loopback_host(host)
+        || allowed.iter().any(|h| {
+            h == host || host.rsplit_once(':').is_some_and(|(name, _)| name == h)
+        })
+}
+
+fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
+    if gw.server.allowed_origins.iter().any(|o| o == origin || o == "*") {
+        return true;
+    }
+    // A page served from this machine may call a loopback server.
+    origin
+        .split_once("://")
+        .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && is_loopback_host(rest.trim_end_matches('/')))
+}
+
+fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+    if gw.bearer.is_empty() {
+        return Ok("anonymous".to_owned());
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    for (token, caller) in &gw.bearer {
+        if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
+            return Ok(caller.clone());
+        }
+    }
+    let mut response = json_response(
+        401,
+        &json!({ "jsonrpc": "2.0", "error": { "code": crate::rpc::INVALID_REQUEST, "message": "Unauthorized: a valid bearer token is required" } }),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"taskgate\""),
+    );
+    Err(response)
+}
+
+async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        if !host_allowed(&gw, host) {
+            return forbidden("Host not allowed");
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
+        if !ok {
+            return forbidden("Origin not allowed");
+        }
+    }
+    let caller = match authenticate(&gw, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let message = match server::parse(&body) {
+        Ok(m) => m,
+        Err((status, body)) => return json_response(status, &body),
+    };
+    let modern = match &message {
+        crate::rpc::Message::Request { params, .. } | crate::rpc::Message::Notification { params, .. } => {
+            crate::modern::is_modern(params)
+        }
+        crate::rpc::Message::Response { .. } => false,
+    };
+    let session: Option<Session> = if modern {
+        None
+    } else if let Some(id) = headers.get("mcp-session-id") {
+        let opened = id
+            .to_str()
+            .ok()
+            .and_then(|id| gw.keys.open::<Session>("session", &caller, id));
+        match opened {
+            Some(s) => Some(s),
+            None => {
+                let id = match &message {
+                    crate::rpc::Message::Request { id, .. } => id.clone(),
+                    _ => Value::Null,
+                };
+                return json_response(
+                    404,
+                    &json!({ "jsonrpc": "2.0", "id": id, "error": { "code": crate::rpc::INVALID_PARAMS, "message": "Session not found: initialize again" } }),
+                );
+            }
+        }
+    } else {
+        None
+    };
+    let origin = Origin {
+        caller: &caller,
+        headers: Some(&headers),
+        session: session.as_ref(),
+    };
+    let dispatched = server::dispatch(&gw, message, &origin).await;
+    let mut response = match &dispatched.body {
+        Some(body) => json_response(dispatched.status, body),
+        None => StatusCode::ACCEPTED.into_response(),
+    };
+    if let Some(session) = dispatched.opened {
+        let id = gw.keys.seal("session", &caller, &session);
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            response.headers_mut().insert("mcp-session-id", v);
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in ["localhost", "localhost:8808", "127.0.0.1:1", "[::1]:80", "[::1]"] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in ["evil.example", "evil.example:8808", "127.0.0.2", "localhost.evil.example"] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+}

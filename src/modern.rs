@@ -1,0 +1,350 @@
+//! Dialect D1: MCP 2026-07-28, stateless, with the tasks extension
+//! `io.modelcontextprotocol/tasks`.
+//!
+//! Every request carries its protocol version and client capabilities in
+//! `_meta`; nothing carries over between requests.
+
+use axum::http::HeaderMap;
+use serde_json::{json, Map, Value};
+use taskgate_engine::{RunState, Snapshot};
+
+use crate::gateway::{Gateway, Tool, TASK_NOT_FOUND};
+use crate::handle::{Dialect, TaskClaims};
+use crate::rpc::RpcError;
+use crate::wire::{call_tool_result, server_info, timestamp, tool_entry, Version, INSTRUCTIONS};
+
+/// `_meta` key of the protocol version.
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities.
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The tasks extension id.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// True when the message uses the modern dialect (its `_meta` names a version).
+#[must_use]
+pub fn is_modern(params: &Value) -> bool {
+    params
+        .get("_meta")
+        .and_then(|m| m.get(META_VERSION))
+        .is_some()
+}
+
+/// What one modern request declared.
+struct Declared {
+    tasks: bool,
+}
+
+/// Handles one modern request. `headers` is present on HTTP, where the header
+/// rules apply.
+///
+/// # Errors
+///
+/// Every failure as an [`RpcError`].
+pub async fn handle(
+    gw: &Gateway,
+    caller: &str,
+    headers: Option<&HeaderMap>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let declared = check_meta(params)?;
+    if let Some(headers) = headers {
+        check_headers(gw, headers, method, params)?;
+    }
+    match method {
+        "server/discover" => Ok(discover()),
+        "ping" => Ok(json!({ "resultType": "complete" })),
+        "tools/list" => Ok(list_tools(gw)),
+        "tools/call" => call_tool(gw, caller, params, &declared).await,
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            if !declared.tasks {
+                return Err(missing_tasks());
+            }
+            let task_id = params
+                .get("taskId")
+                .and_then(Value::as_str)
+                .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
+            let (claims, tool) = gw.open(caller, Dialect::Modern, task_id, TASK_NOT_FOUND)?;
+            tracing::Span::current().record("task", crate::gateway::short(task_id));
+            match method {
+                "tasks/get" => {
+                    let snapshot = gw.read(tool, &claims, TASK_NOT_FOUND).await?;
+                    Ok(detailed_task(task_id, &claims, tool, &snapshot))
+                }
+                "tasks/update" => {
+                    let empty = Map::new();
+                    let responses = match params.get("inputResponses") {
+                        None => &empty,
+                        Some(Value::Object(m)) => m,
+                        Some(_) => {
+                            return Err(RpcError::InvalidParams(
+                                "inputResponses must be an object".into(),
+                            ))
+                        }
+                    };
+                    gw.answer(tool, &claims, responses, TASK_NOT_FOUND).await?;
+                    Ok(json!({ "resultType": "complete" }))
+                }
+                _ => {
+                    gw.cancel(tool, &claims, TASK_NOT_FOUND).await?;
+                    Ok(json!({ "resultType": "complete" }))
+                }
+            }
+        }
+        other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+fn missing_tasks() -> RpcError {
+    RpcError::MissingCapability(json!({ "extensions": { TASKS_EXTENSION: {} } }))
+}
+
+fn check_meta(params: &Value) -> Result<Declared, RpcError> {
+    let meta = params.get("_meta").cloned().unwrap_or(Value::Null);
+    let version = meta
+        .get(META_VERSION)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::MissingMeta(format!("_meta[\"{META_VERSION}\"] must be a string")))?;
+    if version != Version::V2026_07_28.as_str() {
+        return Err(RpcError::UnsupportedVersion {
+            supported: vec![Version::V2026_07_28.as_str()],
+            requested: version.to_owned(),
+            hint: "for 2025-11-25 and older versions, start with initialize",
+        });
+    }
+    let caps = meta.get(META_CAPABILITIES).ok_or_else(|| {
+        RpcError::MissingMeta(format!("_meta[\"{META_CAPABILITIES}\"] is required on every request"))
+    })?;
+    if !caps.is_object() {
+        return Err(RpcError::MissingMeta(format!("_meta[\"{META_CAPABILITIES}\"] must be an object")));
+    }
+    let tasks = caps
+        .get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some();
+    Ok(Declared { tasks })
+}
+
+/// Decodes a header value, including the `=?base64?…?=` form for non-ASCII values.
+fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
+    let raw = headers.get(name)?;
+    let Ok(text) = raw.to_str() else {
+        return Some(Err(()));
+    };
+    if let Some(inner) = text.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        use base64::Engine as _;
+        return Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(inner)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or(()),
+        );
+    }
+    Some(Ok(text.to_owned()))
+}
+
+fn require_header(headers: &HeaderMap, name: &str, expected: &str) -> Result<(), RpcError> {
+    match header_value(headers, name) {
+        None => Err(RpcError::HeaderMismatch(format!("the {name} header is required"))),
+        Some(Err(())) => Err(RpcError::HeaderMismatch(format!("the {name} header is malformed"))),
+        Some(Ok(v)) if v == expected => Ok(()),
+        Some(Ok(v)) => Err(RpcError::HeaderMismatch(format!(
+            "the {name} header ({v:?}) does not match the body ({expected:?})"
+        ))),
+    }
+}
+
+fn check_headers(gw: &Gateway, headers: &HeaderMap, method: &str, params: &Value) -> Result<(), RpcError> {
+    let version = params["_meta"][META_VERSION].as_str().unwrap_or_default();
+    require_header(headers, "mcp-protocol-version", version)?;
+    require_header(headers, "mcp-method", method)?;
+    let name_field = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(field) = name_field {
+        let expected = params.get(field).and_then(Value::as_str).unwrap_or_default();
+        require_header(headers, "mcp-name", expected)?;
+    }
+    if method == "tools/call" {
+        if let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|n| gw.tool(n).ok())
+        {
+            check_param_headers(tool, headers, params.get("arguments"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Arguments whose schema says `x-mcp-header: NAME` must be mirrored in the
+/// `Mcp-Param-NAME` header.
+fn check_param_headers(tool: &Tool, headers: &HeaderMap, args: Option<&Value>) -> Result<(), RpcError> {
+    let Some(props) = tool.config.input_schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (prop, schema) in props {
+        let Some(header) = schema.get("x-mcp-header").and_then(Value::as_str) else {
+            continue;
+        };
+        let name = format!("mcp-param-{}", header.to_ascii_lowercase());
+        let arg = args.and_then(|a| a.get(prop)).filter(|v| !v.is_null());
+        match (arg, header_value(headers, &name)) {
+            (None, None) => {}
+            (Some(v), Some(Ok(h))) => {
+                let same = match v {
+                    Value::String(s) => *s == h,
+                    Value::Number(n) => h
+                        .parse::<f64>()
+                        .ok()
+                        .zip(n.as_f64())
+                        .is_some_and(|(a, b)| a == b),
+                    Value::Bool(b) => h == b.to_string(),
+                    _ => true,
+                };
+                if !same {
+                    return Err(RpcError::HeaderMismatch(format!(
+                        "the Mcp-Param-{header} header does not match arguments.{prop}"
+                    )));
+                }
+            }
+            (Some(_), None) => {
+                return Err(RpcError::HeaderMismatch(format!(
+                    "the Mcp-Param-{header} header is required with arguments.{prop}"
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(RpcError::HeaderMismatch(format!(
+                    "the Mcp-Param-{header} header is present but arguments.{prop} is not"
+                )))
+            }
+            (Some(_), Some(Err(()))) => {
+                return Err(RpcError::HeaderMismatch(format!("the Mcp-Param-{header} header is malformed")))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn discover() -> Value {
+    let versions: Vec<&str> = Version::ALL.iter().map(|v| v.as_str()).collect();
+    json!({
+        "resultType": "complete",
+        "supportedVersions": versions,
+        "capabilities": { "tools": {}, "extensions": { TASKS_EXTENSION: {} } },
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+        "_meta": { "io.modelcontextprotocol/serverInfo": server_info() },
+        "ttlMs": 3_600_000,
+        "cacheScope": "public",
+    })
+}
+
+fn list_tools(gw: &Gateway) -> Value {
+    let tools: Vec<Value> = gw
+        .tools()
+        .iter()
+        .map(|t| tool_entry(t, Version::V2026_07_28, None))
+        .collect();
+    json!({ "resultType": "complete", "tools": tools, "ttlMs": 60_000, "cacheScope": "public" })
+}
+
+async fn call_tool(gw: &Gateway, caller: &str, params: &Value, declared: &Declared) -> Result<Value, RpcError> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
+    let tool = gw.tool(name)?;
+    let args = gw.check_arguments(tool, params.get("arguments"))?;
+    let as_task = declared.tasks && tool.is_long_running();
+    if !as_task && tool.config.mode == crate::config::ToolMode::Async {
+        return Err(missing_tasks());
+    }
+    let started = gw.start(caller, tool, args, Dialect::Modern, None).await?;
+    if as_task {
+        let now = started.claims.created_at();
+        return Ok(json!({
+            "resultType": "task",
+            "taskId": started.handle,
+            "status": "working",
+            "createdAt": timestamp(now),
+            "lastUpdatedAt": timestamp(now),
+            "ttlMs": started.claims.ttl_ms,
+            "pollIntervalMs": tool.config.poll_interval.as_millis() as u64,
+        }));
+    }
+    let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
+    let snapshot = gw
+        .wait(tool, &started.claims, limit, TASK_NOT_FOUND, |_| {})
+        .await?;
+    let mut result = crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit)?;
+    result["resultType"] = json!("complete");
+    Ok(result)
+}
+
+/// The `DetailedTask` view of a run.
+#[must_use]
+pub fn detailed_task(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Snapshot) -> Value {
+    let created = claims.created_at();
+    let updated = snapshot.updated_at.unwrap_or(created).max(created);
+    let poll = snapshot
+        .poll_hint
+        .unwrap_or_default()
+        .max(tool.config.poll_interval);
+    let mut task = json!({
+        "resultType": "complete",
+        "taskId": task_id,
+        "createdAt": timestamp(created),
+        "lastUpdatedAt": timestamp(updated),
+        "ttlMs": claims.ttl_ms,
+    });
+    match &snapshot.state {
+        RunState::Working { message, .. } => {
+            task["status"] = json!("working");
+            task["pollIntervalMs"] = json!(poll.as_millis() as u64);
+            if let Some(m) = message {
+                task["statusMessage"] = json!(m);
+            }
+        }
+        RunState::InputRequired { requests, message } => {
+            task["status"] = json!("input_required");
+            task["pollIntervalMs"] = json!(poll.as_millis() as u64);
+            if let Some(m) = message {
+                task["statusMessage"] = json!(m);
+            }
+            let requests: Map<String, Value> = requests
+                .iter()
+                .map(|(key, r)| {
+                    (
+                        key.clone(),
+                        json!({ "method": "elicitation/create", "params": {
+                            "mode": "form", "message": r.message, "requestedSchema": r.requested_schema } }),
+                    )
+                })
+                .collect();
+            task["inputRequests"] = Value::Object(requests);
+        }
+        RunState::Completed(output) => {
+            task["status"] = json!("completed");
+            let mut result = call_tool_result(output, Version::V2026_07_28);
+            result["resultType"] = json!("complete");
+            task["result"] = result;
+        }
+        RunState::Failed { message } => {
+            task["status"] = json!("failed");
+            task["statusMessage"] = json!(message);
+            task["error"] = json!({ "code": crate::rpc::INTERNAL_ERROR, "message": message });
+        }
+        RunState::Cancelled { message } => {
+            task["status"] = json!("cancelled");
+            if let Some(m) = message {
+                task["statusMessage"] = json!(m);
+            }
+        }
+    }
+    task
+}

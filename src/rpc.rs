@@ -1,0 +1,318 @@
+//! JSON-RPC envelopes, and the one place where errors become JSON-RPC codes and
+//! HTTP statuses.
+
+use serde_json::{json, Value};
+use taskgate_engine::EngineError;
+
+/// Parse error.
+pub const PARSE_ERROR: i64 = -32700;
+/// Invalid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// Method not found.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid params.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// A required HTTP header is missing or does not match the body (2026-07-28).
+pub const HEADER_MISMATCH: i64 = -32020;
+/// The request needs a client capability it did not declare (2026-07-28).
+pub const MISSING_CAPABILITY: i64 = -32021;
+/// The protocol version is not served (2026-07-28).
+pub const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// Every error a request can end in.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The body is not JSON.
+    #[error("Parse error: {0}")]
+    Parse(String),
+    /// The body is JSON but not a valid request.
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String),
+    /// No such method (in this dialect).
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    /// Bad parameters: unknown tool, arguments that fail the schema, …
+    #[error("{0}")]
+    InvalidParams(String),
+    /// A required `_meta` key is missing (2026-07-28; HTTP 400).
+    #[error("{0}")]
+    MissingMeta(String),
+    /// The task, operation or handle is unknown — or forged, altered, foreign or
+    /// expired, which read exactly the same.
+    #[error("{0}")]
+    NotFound(String),
+    /// An HTTP header is missing or disagrees with the body.
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// A client capability is required.
+    #[error("Missing required client capability")]
+    MissingCapability(Value),
+    /// The protocol version is not served.
+    #[error("Unsupported protocol version: {requested}")]
+    UnsupportedVersion {
+        /// Versions served on this path.
+        supported: Vec<&'static str>,
+        /// What the client asked for.
+        requested: String,
+        /// Advice for the client.
+        hint: &'static str,
+    },
+    /// The engine said something the client must hear.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Anything else.
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl RpcError {
+    /// The JSON-RPC code.
+    #[must_use]
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::Parse(_) => PARSE_ERROR,
+            Self::InvalidRequest(_) => INVALID_REQUEST,
+            Self::MethodNotFound(_) => METHOD_NOT_FOUND,
+            Self::InvalidParams(_) | Self::MissingMeta(_) | Self::NotFound(_) => INVALID_PARAMS,
+            Self::HeaderMismatch(_) => HEADER_MISMATCH,
+            Self::MissingCapability(_) => MISSING_CAPABILITY,
+            Self::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
+            Self::Engine(e) => match e {
+                EngineError::NotFound
+                | EngineError::Conflict { .. }
+                | EngineError::InvalidInput { .. }
+                | EngineError::Unsupported { .. } => INVALID_PARAMS,
+                _ => INTERNAL_ERROR,
+            },
+            Self::Internal(_) => INTERNAL_ERROR,
+        }
+    }
+
+    /// The HTTP status on the modern (2026-07-28) path; legacy sessions answer 200
+    /// for every JSON-RPC error but parse and envelope errors.
+    #[must_use]
+    pub fn http_status(&self, modern: bool) -> u16 {
+        match self {
+            Self::Parse(_) | Self::InvalidRequest(_) => 400,
+            Self::MethodNotFound(_) if modern => 404,
+            Self::MissingMeta(_)
+            | Self::HeaderMismatch(_)
+            | Self::MissingCapability(_)
+            | Self::UnsupportedVersion { .. } => 400,
+            _ => 200,
+        }
+    }
+
+    /// The message clients see. Engine errors are phrased for a model to act on;
+    /// their sources stay in the server log.
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self {
+            Self::Engine(e) => match e {
+                EngineError::NotFound => "The run was not found".to_owned(),
+                EngineError::Throttled { .. } => format!(
+                    "The engine is throttling requests; retry later ({e}). The task itself is unaffected."
+                ),
+                EngineError::Unavailable { message, .. } => format!(
+                    "The engine is unavailable; retry later ({message}). The task itself is unaffected."
+                ),
+                EngineError::DeadlineExceeded { .. } => {
+                    format!("{e}; retry later. The task itself is unaffected.")
+                }
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        }
+    }
+
+    /// The `data` member, if any.
+    #[must_use]
+    pub fn data(&self) -> Option<Value> {
+        match self {
+            Self::MissingCapability(required) => Some(json!({ "requiredCapabilities": required })),
+            Self::UnsupportedVersion {
+                supported,
+                requested,
+                hint,
+            } => Some(json!({ "supported": supported, "requested": requested, "hint": hint })),
+            Self::Engine(e) if e.is_retryable() => {
+                let mut data = json!({ "retryable": true });
+                if let Some(after) = e.retry_after() {
+                    data["retryAfterMs"] = json!(after.as_millis() as u64);
+                }
+                Some(data)
+            }
+            Self::Engine(EngineError::PermissionDenied { action, .. }) => {
+                Some(json!({ "deniedAction": action }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error object.
+    #[must_use]
+    pub fn to_object(&self) -> Value {
+        let mut obj = json!({ "code": self.code(), "message": self.message() });
+        if let Some(data) = self.data() {
+            obj["data"] = data;
+        }
+        obj
+    }
+
+    /// A whole error response for request `id`.
+    #[must_use]
+    pub fn response(&self, id: &Value) -> Value {
+        json!({ "jsonrpc": "2.0", "id": id, "error": self.to_object() })
+    }
+}
+
+/// A success response.
+#[must_use]
+pub fn ok(id: &Value, result: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+}
+
+/// A notification.
+#[must_use]
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+}
+
+/// What a JSON-RPC message is.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// A request: it gets a response.
+    Request {
+        /// Its id.
+        id: Value,
+        /// Its method.
+        method: String,
+        /// Its params (an empty object when absent).
+        params: Value,
+    },
+    /// A notification: no response.
+    Notification {
+        /// Its method.
+        method: String,
+        /// Its params.
+        params: Value,
+    },
+    /// A response from the client to a request of ours.
+    Response {
+        /// The id of our request.
+        id: Value,
+        /// The result, or None with an error.
+        result: Option<Value>,
+        /// The error object, if any.
+        error: Option<Value>,
+    },
+}
+
+impl Message {
+    /// Classifies a parsed JSON value.
+    ///
+    /// # Errors
+    ///
+    /// [`RpcError::InvalidRequest`] for anything that is not a JSON-RPC 2.0 message.
+    pub fn parse(value: Value) -> Result<Self, RpcError> {
+        let Value::Object(mut obj) = value else {
+            return Err(RpcError::InvalidRequest("expected a JSON object".into()));
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Err(RpcError::InvalidRequest("jsonrpc must be \"2.0\"".into()));
+        }
+        let id = obj.remove("id");
+        if let Some(id) = &id {
+            if !(id.is_string() || id.is_number()) {
+                return Err(RpcError::InvalidRequest("id must be a string or number".into()));
+            }
+        }
+        match (obj.remove("method"), id) {
+            (Some(Value::String(method)), id) => {
+                let params = match obj.remove("params") {
+                    None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+                    Some(p @ Value::Object(_)) => p,
+                    Some(_) => {
+                        return Err(RpcError::InvalidRequest("params must be an object".into()))
+                    }
+                };
+                Ok(match id {
+                    Some(id) => Self::Request { id, method, params },
+                    None => Self::Notification { method, params },
+                })
+            }
+            (Some(_), _) => Err(RpcError::InvalidRequest("method must be a string".into())),
+            (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+                Ok(Self::Response {
+                    id,
+                    result: obj.remove("result"),
+                    error: obj.remove("error"),
+                })
+            }
+            (None, _) => Err(RpcError::InvalidRequest("missing method".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn codes_and_statuses() {
+        let table: Vec<(RpcError, i64, u16, u16)> = vec![
+            (RpcError::Parse("x".into()), -32700, 400, 400),
+            (RpcError::MethodNotFound("x".into()), -32601, 404, 200),
+            (RpcError::NotFound("x".into()), -32602, 200, 200),
+            (RpcError::HeaderMismatch("x".into()), -32020, 400, 400),
+            (RpcError::MissingCapability(json!({})), -32021, 400, 400),
+            (
+                RpcError::Engine(EngineError::Throttled {
+                    retry_after: Some(Duration::from_secs(2)),
+                    message: "slow".into(),
+                }),
+                -32603,
+                200,
+                200,
+            ),
+            (RpcError::Engine(EngineError::NotFound), -32602, 200, 200),
+        ];
+        for (e, code, modern, legacy) in table {
+            assert_eq!(e.code(), code, "{e:?}");
+            assert_eq!(e.http_status(true), modern, "{e:?}");
+            assert_eq!(e.http_status(false), legacy, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn throttling_says_retry_with_delay() {
+        let e = RpcError::Engine(EngineError::Throttled {
+            retry_after: Some(Duration::from_millis(1500)),
+            message: "Rate exceeded".into(),
+        });
+        let obj = e.to_object();
+        assert_eq!(obj["data"]["retryable"], true);
+        assert_eq!(obj["data"]["retryAfterMs"], 1500);
+    }
+
+    #[test]
+    fn message_kinds() {
+        assert!(matches!(
+            Message::parse(json!({"jsonrpc":"2.0","id":1,"method":"ping"})).unwrap(),
+            Message::Request { .. }
+        ));
+        assert!(matches!(
+            Message::parse(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).unwrap(),
+            Message::Notification { .. }
+        ));
+        assert!(matches!(
+            Message::parse(json!({"jsonrpc":"2.0","id":"s-1","result":{}})).unwrap(),
+            Message::Response { .. }
+        ));
+        assert!(Message::parse(json!({"id":1,"method":"ping"})).is_err());
+        assert!(Message::parse(json!([1])).is_err());
+    }
+}

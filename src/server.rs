@@ -1,0 +1,124 @@
+//! The front door shared by both transports: classify a message, detect its era,
+//! and hand it to the dialect that speaks it.
+
+use axum::http::HeaderMap;
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::gateway::Gateway;
+use crate::legacy::{self, Session};
+use crate::modern;
+use crate::rpc::{self, Message, RpcError};
+
+/// What a message turned into.
+#[derive(Debug)]
+pub struct Dispatched {
+    /// The response, if the message was a request.
+    pub body: Option<Value>,
+    /// The HTTP status to use.
+    pub status: u16,
+    /// A session opened by `initialize`.
+    pub opened: Option<Session>,
+}
+
+/// Where a message came from.
+pub struct Origin<'a> {
+    /// The caller's identity (bound into every handle).
+    pub caller: &'a str,
+    /// HTTP headers (absent on stdio).
+    pub headers: Option<&'a HeaderMap>,
+    /// The legacy session this message belongs to, when known.
+    pub session: Option<&'a Session>,
+}
+
+/// Handles one message.
+pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Dispatched {
+    match message {
+        Message::Request { id, method, params } => {
+            let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
+            async move {
+                let modern = modern::is_modern(&params);
+                let mut opened = None;
+                let outcome = if modern {
+                    modern::handle(gw, origin.caller, origin.headers, &method, &params).await
+                } else if method == "initialize" {
+                    let (session, result) = legacy::initialize(&params);
+                    opened = Some(session);
+                    Ok(result)
+                } else {
+                    let assumed;
+                    let session = match origin.session {
+                        Some(s) => s,
+                        None => {
+                            assumed = Session::assumed(header_version(origin.headers));
+                            &assumed
+                        }
+                    };
+                    legacy::handle(gw, origin.caller, session, &method, &params).await
+                };
+                match outcome {
+                    Ok(result) => Dispatched {
+                        body: Some(rpc::ok(&id, result)),
+                        status: 200,
+                        opened,
+                    },
+                    Err(e) => {
+                        log_error(&e);
+                        Dispatched {
+                            status: e.http_status(modern),
+                            body: Some(e.response(&id)),
+                            opened: None,
+                        }
+                    }
+                }
+            }
+            .instrument(span)
+            .await
+        }
+        Message::Notification { method, .. } => {
+            tracing::debug!(method = %method, "notification");
+            Dispatched {
+                body: None,
+                status: 202,
+                opened: None,
+            }
+        }
+        Message::Response { .. } => Dispatched {
+            body: None,
+            status: 202,
+            opened: None,
+        },
+    }
+}
+
+fn header_version(headers: Option<&HeaderMap>) -> Option<crate::wire::Version> {
+    headers?
+        .get("mcp-protocol-version")?
+        .to_str()
+        .ok()
+        .and_then(crate::wire::Version::parse)
+}
+
+fn log_error(e: &RpcError) {
+    match e {
+        RpcError::Engine(inner) => {
+            tracing::warn!(error = %inner, source = ?std::error::Error::source(inner), "engine error");
+        }
+        RpcError::Internal(m) => tracing::error!(error = %m, "internal error"),
+        other => tracing::debug!(code = other.code(), "request refused"),
+    }
+}
+
+/// Parses a body into a message, or the error response to send.
+///
+/// # Errors
+///
+/// The response for a parse error or an invalid request.
+pub fn parse(body: &[u8]) -> Result<Message, (u16, Value)> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        let err = RpcError::Parse(e.to_string());
+        (err.http_status(true), err.response(&Value::Null))
+    })?;
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    Message::parse(value).map_err(|e| (e.http_status(true), e.response(&id)))
+}

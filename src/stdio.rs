@@ -1,0 +1,111 @@
+//! stdio transport: newline-delimited JSON-RPC on stdin/stdout; logs go to stderr.
+//!
+//! Requests are served concurrently. The only state is the connection's own: the
+//! session `initialize` opened and the requests still in flight (so
+//! `notifications/cancelled` can stop one).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::gateway::Gateway;
+use crate::legacy::Session;
+use crate::rpc::Message;
+use crate::server::{self, Origin};
+
+/// The caller on stdio: the local user running the server.
+#[must_use]
+pub fn local_caller() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "local".to_owned());
+    format!("local:{user}")
+}
+
+/// Serves one connection until `input` ends, then waits for requests in flight.
+///
+/// # Errors
+///
+/// I/O errors on the streams.
+pub async fn serve<R, W>(gw: Arc<Gateway>, input: R, mut output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let caller = Arc::new(local_caller());
+    let session: Arc<Mutex<Option<Session>>> = Arc::new(Mutex::new(None));
+    let in_flight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            let mut line = message.to_string();
+            line.push('\n');
+            output.write_all(line.as_bytes()).await?;
+            output.flush().await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+
+    let mut lines = BufReader::new(input).lines();
+    let mut tasks = JoinSet::new();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let message = match server::parse(line.as_bytes()) {
+            Ok(m) => m,
+            Err((_, body)) => {
+                let _ = tx.send(body);
+                continue;
+            }
+        };
+        if let Message::Notification { method, params } = &message {
+            if method == "notifications/cancelled" {
+                let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
+                if let Some(handle) = in_flight.lock().expect("lock").remove(&key) {
+                    handle.abort();
+                    tracing::info!(request = %key, "request cancelled by the client");
+                }
+            }
+            continue;
+        }
+        let request_key = match &message {
+            Message::Request { id, .. } => Some(id.to_string()),
+            _ => None,
+        };
+        let gw = gw.clone();
+        let tx = tx.clone();
+        let caller = caller.clone();
+        let session = session.clone();
+        let flight = in_flight.clone();
+        let key = request_key.clone();
+        let abort = tasks.spawn(async move {
+            let current = session.lock().expect("lock").clone();
+            let origin = Origin {
+                caller: &caller,
+                headers: None,
+                session: current.as_ref(),
+            };
+            let dispatched = server::dispatch(&gw, message, &origin).await;
+            if let Some(opened) = dispatched.opened {
+                *session.lock().expect("lock") = Some(opened);
+            }
+            if let Some(key) = key {
+                flight.lock().expect("lock").remove(&key);
+            }
+            if let Some(body) = dispatched.body {
+                let _ = tx.send(body);
+            }
+        });
+        if let Some(key) = request_key {
+            in_flight.lock().expect("lock").insert(key, abort);
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    drop(tx);
+    writer.await.map_err(std::io::Error::other)?
+}
