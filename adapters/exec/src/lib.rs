@@ -1,1 +1,250 @@
-//! The exec engine of taskgate (placeholder until its issue lands).
+//! The exec engine of taskgate: a tool runs a local program, detached from the
+//! server, its state kept in a spool folder on this host.
+//!
+//! - The tool's `target` names a fixed argv (`command`); arguments never pass
+//!   through a shell. The process gets them as environment variables
+//!   (`TASKGATE_ARG_<NAME>`) and as a JSON file (`TASKGATE_ARGS_FILE`).
+//! - Each run is a folder `<spool_dir>/<run_name>`; its name is the
+//!   [`NativeRef`]. A small detached supervisor (`taskgate supervise <dir>`,
+//!   see [`supervise_main`]) launches the process in its own process group,
+//!   records its pid and start time, keeps the tails of its output, waits for
+//!   it and records its exit. A restarted server, or a second one on the same
+//!   host, reads the same folder.
+//! - The process may write a result (`TASKGATE_RESULT_FILE`, JSON), a status
+//!   (`TASKGATE_STATUS_FILE`, `{"message", "progress", "total"}` or plain
+//!   text), and ask for input (`TASKGATE_INPUT_DIR/<key>.request.json` with
+//!   `{"message", "requestedSchema"}`, answered by
+//!   `<key>.response.json` with `{"action", "content"}`). Write them to a
+//!   temporary name and rename, so taskgate never reads half a file.
+//!
+//! The process also gets `TASKGATE_RUN_DIR`, `TASKGATE_RUN_NAME` and
+//! `TASKGATE_TOOL`. Of taskgate's own environment only the `pass_env` names
+//! reach it (by default `PATH`, `HOME`, locale and the like).
+//!
+//! Note for service managers: supervisors and tool processes live outside the
+//! server's process tree; under systemd use `KillMode=process` (or a separate
+//! unit for them) so stopping taskgate does not stop running tools.
+
+mod client;
+mod config;
+mod layout;
+mod proc;
+mod supervisor;
+mod translate;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use taskgate_engine::{
+    async_trait, Capabilities, ConfigError, Engine, EngineError, InputResponse, NativeRef,
+    Pipeline, Snapshot, StartRequest, ToolDecl,
+};
+
+pub use config::{
+    ExecSettings, ExecTarget, DEFAULT_GRACE_PERIOD, DEFAULT_PASS_ENV, DEFAULT_TAIL_BYTES,
+    MAX_TAIL_BYTES,
+};
+pub use supervisor::supervise_main;
+
+use client::{Launch, Spool};
+
+/// The `kind` of this engine in `[engines.NAME]`.
+pub const KIND: &str = "exec";
+
+/// How often [`Pipeline::wait_for_change`] looks at the spool folder while a
+/// client request waits (local files only; nothing upstream).
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Builds an exec engine from its `[engines.NAME]` table (without `kind` and
+/// `call_timeout`). Touches no file: the spool folder is created on first use.
+///
+/// # Errors
+///
+/// A [`ConfigError`] keyed by the offending setting (`spool_dir`,
+/// `tail_bytes`, `supervisor`, `grace_period`, or an unknown key).
+pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, ConfigError> {
+    let settings: ExecSettings = taskgate_engine::from_value(settings)?;
+    let settings = settings.validate(
+        |name| std::env::var(name).ok(),
+        || std::env::current_exe().ok(),
+    )?;
+    Ok(Arc::new(ExecEngine {
+        spool: Spool::new(Arc::new(settings)),
+    }))
+}
+
+/// An exec engine: one spool folder and one supervisor command.
+#[derive(Debug)]
+struct ExecEngine {
+    spool: Spool,
+}
+
+#[async_trait]
+impl Engine for ExecEngine {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        let target: ExecTarget = tool.target()?;
+        target.validate()?;
+        Ok(Arc::new(ExecPipeline {
+            spool: self.spool.clone(),
+            tool: tool.name.clone(),
+            target: Arc::new(target),
+            keep_alive: tool.keep_alive,
+        }))
+    }
+
+    async fn probe(&self) -> Result<Vec<String>, EngineError> {
+        let spool = self.spool.clone();
+        blocking(move || {
+            spool.ensure_spool()?;
+            let settings = spool.settings();
+            let probe = settings.spool_dir.join(".staging").join(".probe");
+            std::fs::write(&probe, b"")
+                .and_then(|()| std::fs::remove_file(&probe))
+                .map_err(|e| EngineError::PermissionDenied {
+                    action: "write the spool folder".to_owned(),
+                    message: format!("{}: {e}", settings.spool_dir.display()),
+                })?;
+            let program = &settings.supervisor[0];
+            if !is_executable(std::path::Path::new(program)) {
+                return Err(EngineError::InvalidInput {
+                    message: format!("the supervisor {program:?} is not an executable file"),
+                });
+            }
+            Ok(vec![
+                format!("spool folder {} is writable", settings.spool_dir.display()),
+                format!("supervisor: {}", settings.supervisor.join(" ")),
+            ])
+        })
+        .await
+    }
+}
+
+/// A tool bound to a local program.
+#[derive(Debug)]
+struct ExecPipeline {
+    spool: Spool,
+    tool: String,
+    target: Arc<ExecTarget>,
+    keep_alive: Option<Duration>,
+}
+
+#[async_trait]
+impl Pipeline for ExecPipeline {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cancel: true,
+            input: true,
+            idempotent_start: true,
+            locate: true,
+            max_retention: None,
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
+        let spool = self.spool.clone();
+        let tool = self.tool.clone();
+        let target = Arc::clone(&self.target);
+        let keep_alive = request.keep_alive.or(self.keep_alive);
+        blocking(move || {
+            spool.start(&Launch {
+                tool: &tool,
+                target: &target,
+                run_name: &request.run_name,
+                arguments: &request.arguments,
+                keep_alive,
+            })
+        })
+        .await
+    }
+
+    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        let spool = self.spool.clone();
+        let run = run.clone();
+        blocking(move || spool.read(&run)).await
+    }
+
+    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        let spool = self.spool.clone();
+        let run = run.clone();
+        blocking(move || spool.cancel(&run)).await
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        let spool = self.spool.clone();
+        let (run, key, response) = (run.clone(), key.to_owned(), response.clone());
+        blocking(move || spool.answer(&run, &key, &response)).await
+    }
+
+    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        let spool = self.spool.clone();
+        let run_name = run_name.to_owned();
+        blocking(move || spool.locate(&run_name)).await
+    }
+
+    /// Looks at the spool folder every 100 ms until the state differs from
+    /// `last` or `wait` has passed: local files only, and only while a client
+    /// request waits.
+    async fn wait_for_change(
+        &self,
+        run: &NativeRef,
+        last: &Snapshot,
+        wait: Duration,
+    ) -> Result<Snapshot, EngineError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(WATCH_EVERY.min(left)).await;
+            let snapshot = self.read(run).await?;
+            if snapshot.state != last.state || Instant::now() >= deadline {
+                return Ok(snapshot);
+            }
+        }
+    }
+
+    async fn check(&self) -> Result<Vec<String>, EngineError> {
+        let target = Arc::clone(&self.target);
+        blocking(move || {
+            let program = std::path::Path::new(&target.command[0]);
+            if program.is_absolute() && !is_executable(program) {
+                return Err(EngineError::InvalidInput {
+                    message: format!("{} is not an executable file", program.display()),
+                });
+            }
+            if let Some(dir) = &target.working_dir {
+                if !dir.is_dir() {
+                    return Err(EngineError::InvalidInput {
+                        message: format!("working_dir {} is not a folder", dir.display()),
+                    });
+                }
+            }
+            Ok(vec![format!("runs {}", target.command[0])])
+        })
+        .await
+    }
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Runs spool I/O off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> Result<T, EngineError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| EngineError::Internal {
+            message: "a spool task failed".to_owned(),
+            source: Some(Box::new(e)),
+        })?
+}

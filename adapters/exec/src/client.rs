@@ -1,0 +1,614 @@
+//! The only module that touches the spool: it creates run folders, launches
+//! supervisors, reads folders into a [`SpoolView`] and writes cancel markers
+//! and answers. Everything it reads is interpreted by [`crate::translate`].
+
+use std::collections::BTreeMap;
+use std::fs::DirBuilder;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use taskgate_engine::{
+    spec_hash, EngineError, InputRequest, InputResponse, NativeRef, RunState, Snapshot,
+};
+
+use crate::config::{ExecTarget, Settings};
+use crate::layout::{
+    self, to_ms, CommandSpec, Meta, StatusFile, ARGS, CANCELLED, COMMAND, EXIT, INPUT_DIR, META,
+    PID, REQUEST_SUFFIX, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL, STDOUT_TAIL, SUPERVISOR,
+};
+use crate::proc;
+use crate::translate::{translate, SpoolView, Translation};
+
+/// Where new run folders are assembled before they are renamed into place.
+const STAGING: &str = ".staging";
+/// The longest status message kept from a plain-text status file.
+const MAX_STATUS_CHARS: usize = 500;
+
+/// A handle on the spool folder of one engine.
+#[derive(Debug, Clone)]
+pub(crate) struct Spool {
+    settings: Arc<Settings>,
+}
+
+/// What a start needs to know about the tool.
+pub(crate) struct Launch<'a> {
+    pub tool: &'a str,
+    pub target: &'a ExecTarget,
+    pub run_name: &'a str,
+    pub arguments: &'a Value,
+    pub keep_alive: Option<Duration>,
+}
+
+impl Spool {
+    pub(crate) fn new(settings: Arc<Settings>) -> Self {
+        Self { settings }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The folder of run `name`; a name taskgate cannot have produced is
+    /// never a path and reads as not found.
+    fn run_dir(&self, name: &str) -> Result<PathBuf, EngineError> {
+        if layout::valid_run_name(name) {
+            Ok(self.settings.spool_dir.join(name))
+        } else {
+            Err(EngineError::NotFound)
+        }
+    }
+
+    /// Creates the spool folder (private to this user) if needed.
+    pub(crate) fn ensure_spool(&self) -> Result<(), EngineError> {
+        let staging = self.settings.spool_dir.join(STAGING);
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&staging)
+            .map_err(|e| io_error("cannot create the spool folder", e))
+    }
+
+    /// Creates the run folder and launches its supervisor; idempotent for the
+    /// same run name and arguments.
+    pub(crate) fn start(&self, launch: &Launch<'_>) -> Result<NativeRef, EngineError> {
+        if !layout::valid_run_name(launch.run_name) {
+            return Err(EngineError::InvalidInput {
+                message: format!("run name {:?} is not usable", launch.run_name),
+            });
+        }
+        self.ensure_spool()?;
+        let dir = self.run_dir(launch.run_name)?;
+        let args_hash = args_hash(launch.tool, launch.arguments);
+        // A second attempt covers a folder whose retention passed and that was
+        // removed on the way.
+        for _ in 0..2 {
+            if dir.exists() {
+                match self.existing(&dir, &args_hash)? {
+                    Some(()) => return Ok(launch.run_name.to_owned()),
+                    None => continue,
+                }
+            }
+            let staged = self.stage(launch, &dir, &args_hash)?;
+            match std::fs::rename(&staged, &dir) {
+                Ok(()) => {
+                    self.launch(&dir)?;
+                    tracing::info!(
+                        run = launch.run_name,
+                        tool = launch.tool,
+                        "exec run started"
+                    );
+                    return Ok(launch.run_name.to_owned());
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&staged);
+                    if !dir.exists() {
+                        return Err(io_error("cannot create the run folder", e));
+                    }
+                    // Lost a race with a concurrent start: judge what won.
+                }
+            }
+        }
+        Err(EngineError::Conflict {
+            message: "the run folder keeps changing under this start".to_owned(),
+        })
+    }
+
+    /// Judges an existing folder for a start with `args_hash`: `Some` when it
+    /// is the same run, `None` when it was expired and removed.
+    fn existing(&self, dir: &Path, args_hash: &str) -> Result<Option<()>, EngineError> {
+        let view = self.view(dir)?;
+        if let Translation::Gone { removable } = translate(&view, SystemTime::now()) {
+            if view.meta.is_none() {
+                return Ok(None);
+            }
+            if removable {
+                self.remove(dir);
+                return Ok(None);
+            }
+        }
+        match view.meta {
+            Some(meta) if meta.args_hash == args_hash => Ok(Some(())),
+            Some(_) => Err(EngineError::Conflict {
+                message: "a run with this name exists with other arguments".to_owned(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// Assembles a complete run folder under the staging folder.
+    fn stage(
+        &self,
+        launch: &Launch<'_>,
+        dir: &Path,
+        args_hash: &str,
+    ) -> Result<PathBuf, EngineError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let staged = self.settings.spool_dir.join(STAGING).join(format!(
+            "{}.{}.{nanos}",
+            launch.run_name,
+            std::process::id()
+        ));
+        let outcome = (|| -> std::io::Result<()> {
+            DirBuilder::new().mode(0o700).create(&staged)?;
+            DirBuilder::new()
+                .mode(0o700)
+                .create(staged.join(INPUT_DIR))?;
+            layout::write_json(&staged, ARGS, launch.arguments)?;
+            layout::write_json(&staged, COMMAND, &self.command_spec(launch, dir))?;
+            layout::write_json(
+                &staged,
+                META,
+                &Meta {
+                    tool: launch.tool.to_owned(),
+                    args_hash: args_hash.to_owned(),
+                    created_at_ms: to_ms(SystemTime::now()),
+                    keep_alive_ms: launch
+                        .keep_alive
+                        .map(|k| u64::try_from(k.as_millis()).unwrap_or(u64::MAX)),
+                },
+            )
+        })();
+        match outcome {
+            Ok(()) => Ok(staged),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staged);
+                Err(io_error("cannot prepare the run folder", e))
+            }
+        }
+    }
+
+    fn command_spec(&self, launch: &Launch<'_>, dir: &Path) -> CommandSpec {
+        let target = launch.target;
+        let mut env = target.env.clone();
+        env.extend(arg_env(launch.arguments));
+        let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        for (name, value) in [
+            ("TASKGATE_ARGS_FILE", path(ARGS)),
+            ("TASKGATE_RESULT_FILE", path(RESULT)),
+            ("TASKGATE_STATUS_FILE", path(STATUS)),
+            ("TASKGATE_INPUT_DIR", path(INPUT_DIR)),
+            ("TASKGATE_RUN_DIR", dir.to_string_lossy().into_owned()),
+            ("TASKGATE_RUN_NAME", launch.run_name.to_owned()),
+            ("TASKGATE_TOOL", launch.tool.to_owned()),
+        ] {
+            env.insert(name.to_owned(), value);
+        }
+        CommandSpec {
+            argv: target.command.clone(),
+            env,
+            pass_env: target.pass_env(),
+            working_dir: target.working_dir.clone(),
+            tail_bytes: self.settings.tail_bytes,
+            grace_ms: u64::try_from(self.settings.grace_period.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Runs the supervisor's first stage, which returns once the process is
+    /// spawned. On failure the folder is removed so a retry starts afresh.
+    fn launch(&self, dir: &Path) -> Result<(), EngineError> {
+        let argv = &self.settings.supervisor;
+        let outcome = Command::new(&argv[0])
+            .args(&argv[1..])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .output();
+        let problem = match outcome {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => format!(
+                "the supervisor {:?} failed ({}): {}",
+                argv[0],
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => format!("cannot run the supervisor {:?}: {e}", argv[0]),
+        };
+        if dir.join(SUPERVISOR).exists() {
+            // Slow, but it is there and will record what happens.
+            tracing::warn!(%problem, "exec supervisor reported a problem after it started");
+            return Ok(());
+        }
+        self.remove(dir);
+        Err(EngineError::Unavailable {
+            message: problem,
+            source: None,
+        })
+    }
+
+    /// Moves a run folder out of sight, then deletes it.
+    fn remove(&self, dir: &Path) {
+        let Some(name) = dir.file_name() else { return };
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let gone = self
+            .settings
+            .spool_dir
+            .join(STAGING)
+            .join(format!("gone.{}.{nanos}", name.to_string_lossy()));
+        if std::fs::rename(dir, &gone).is_ok() {
+            let _ = std::fs::remove_dir_all(&gone);
+            tracing::debug!(run = %name.to_string_lossy(), "exec run removed after its retention");
+        }
+    }
+
+    /// Reads the run once.
+    pub(crate) fn read(&self, name: &str) -> Result<Snapshot, EngineError> {
+        let dir = self.run_dir(name)?;
+        let view = self.view(&dir)?;
+        self.judge(&dir, &view)
+    }
+
+    fn judge(&self, dir: &Path, view: &SpoolView) -> Result<Snapshot, EngineError> {
+        match translate(view, SystemTime::now()) {
+            Translation::Run(snapshot) => Ok(snapshot),
+            Translation::Gone { removable } => {
+                if removable {
+                    self.remove(dir);
+                }
+                Err(EngineError::NotFound)
+            }
+        }
+    }
+
+    /// Finds a run by its name.
+    pub(crate) fn locate(&self, name: &str) -> Result<Option<NativeRef>, EngineError> {
+        match self.read(name) {
+            Ok(_) => Ok(Some(name.to_owned())),
+            Err(EngineError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks the run cancelled and signals its process group.
+    pub(crate) fn cancel(&self, name: &str) -> Result<(), EngineError> {
+        let dir = self.run_dir(name)?;
+        let view = self.view(&dir)?;
+        let snapshot = self.judge(&dir, &view)?;
+        let child_alive = view.child.as_ref().is_some_and(proc::is_alive);
+        let pgid = view.child.map_or(0, |c| c.pid);
+        match snapshot.state {
+            RunState::Cancelled { .. } => {
+                // Asked again: past the grace period, escalate.
+                let overdue = view
+                    .cancelled_at
+                    .is_some_and(|at| at + self.settings.grace_period <= SystemTime::now());
+                if child_alive && overdue {
+                    signal(pgid, Signal::SIGKILL)?;
+                }
+                Ok(())
+            }
+            RunState::Completed(_) | RunState::Failed { .. } => Err(EngineError::Conflict {
+                message: "the run has already finished".to_owned(),
+            }),
+            RunState::Working { .. } | RunState::InputRequired { .. } => {
+                match std::fs::File::create_new(dir.join(CANCELLED)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io_error("cannot mark the run cancelled", e)),
+                }
+                if child_alive {
+                    signal(pgid, Signal::SIGTERM)?;
+                }
+                // Without a live process yet, the supervisor sees the marker.
+                tracing::info!(run = name, "exec run cancelled");
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the answer to outstanding request `key`.
+    pub(crate) fn answer(
+        &self,
+        name: &str,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        let dir = self.run_dir(name)?;
+        let view = self.view(&dir)?;
+        let snapshot = self.judge(&dir, &view)?;
+        let outstanding = match &snapshot.state {
+            RunState::InputRequired { requests, .. } => requests.contains_key(key),
+            _ => false,
+        };
+        if !outstanding {
+            return Err(not_outstanding(key));
+        }
+        if response
+            .content
+            .as_ref()
+            .is_some_and(|content| !content.is_object())
+        {
+            return Err(EngineError::InvalidInput {
+                message: "the answer's content must be a JSON object".to_owned(),
+            });
+        }
+        let bytes = serde_json::to_vec(response)
+            .map_err(|e| EngineError::internal(format!("cannot encode the answer: {e}")))?;
+        let input = dir.join(INPUT_DIR);
+        match layout::write_exclusive(&input, &format!("{key}{RESPONSE_SUFFIX}"), &bytes) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(not_outstanding(key)),
+            Err(e) => Err(io_error("cannot write the answer", e)),
+        }
+    }
+
+    /// Reads everything translation needs from a run folder.
+    pub(crate) fn view(&self, dir: &Path) -> Result<SpoolView, EngineError> {
+        let meta: Option<Meta> = ours(dir, META)?;
+        if meta.is_none() {
+            return Ok(SpoolView::default());
+        }
+        let supervisor = ours(dir, SUPERVISOR)?;
+        let child = ours(dir, PID)?;
+        let exit = ours(dir, EXIT)?;
+        let mut view = SpoolView {
+            meta,
+            supervisor_now: supervisor
+                .as_ref()
+                .and_then(|s: &layout::ProcRecord| proc::start_time(s.pid)),
+            supervisor,
+            child_now: child
+                .as_ref()
+                .and_then(|c: &layout::ProcRecord| proc::start_time(c.pid)),
+            child,
+            cancelled_at: std::fs::metadata(dir.join(CANCELLED))
+                .and_then(|m| m.modified())
+                .ok(),
+            status: read_status(&dir.join(STATUS)),
+            requests: read_requests(&dir.join(INPUT_DIR)),
+            updated_at: newest_mtime(dir),
+            ..SpoolView::default()
+        };
+        if exit.is_some() {
+            view.result = match std::fs::read(dir.join(RESULT)) {
+                Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => Some(Err(e.to_string())),
+            };
+            view.stdout_tail = std::fs::read(dir.join(STDOUT_TAIL)).unwrap_or_default();
+            view.stderr_tail = std::fs::read(dir.join(STDERR_TAIL)).unwrap_or_default();
+        }
+        view.exit = exit;
+        Ok(view)
+    }
+}
+
+/// Reads a record taskgate itself wrote (whole, by rename).
+fn ours<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, EngineError> {
+    layout::read_json(&dir.join(name)).or_else(|e| match e.kind() {
+        // The folder vanished under us (retention on another replica).
+        ErrorKind::NotFound | ErrorKind::NotADirectory => Ok(None),
+        ErrorKind::InvalidData => Err(EngineError::Internal {
+            message: format!("the spool file {name} is damaged"),
+            source: Some(Box::new(e)),
+        }),
+        _ => Err(io_error("cannot read the spool", e)),
+    })
+}
+
+/// The status file: JSON `{"message", "progress", "total"}`, a JSON string, or
+/// plain text (its first non-empty line). Unreadable → none.
+fn read_status(path: &Path) -> Option<StatusFile> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => serde_json::from_value(Value::Object(map)).ok(),
+        Ok(Value::String(message)) => Some(StatusFile {
+            message: Some(message),
+            ..StatusFile::default()
+        }),
+        _ => {
+            let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+            Some(StatusFile {
+                message: Some(line.chars().take(MAX_STATUS_CHARS).collect()),
+                ..StatusFile::default()
+            })
+        }
+    }
+}
+
+/// Requests without a response, by key. A request that does not parse (still
+/// being written without a rename) is not there yet.
+fn read_requests(input: &Path) -> BTreeMap<String, InputRequest> {
+    let mut requests = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(input) else {
+        return requests;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(key) = file.to_str().and_then(|f| f.strip_suffix(REQUEST_SUFFIX)) else {
+            continue;
+        };
+        if !layout::valid_input_key(key) || input.join(format!("{key}{RESPONSE_SUFFIX}")).exists() {
+            continue;
+        }
+        if let Ok(Some(request)) = layout::read_json::<InputRequest>(&entry.path()) {
+            requests.insert(key.to_owned(), request);
+        }
+    }
+    requests
+}
+
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest = None;
+    for folder in [dir.to_owned(), dir.join(INPUT_DIR)] {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                newest = newest.max(Some(modified));
+            }
+        }
+    }
+    newest
+}
+
+/// The hash that decides whether two starts are the same run: the tool and
+/// the arguments with object keys sorted (whatever serde_json's map order).
+pub(crate) fn args_hash(tool: &str, arguments: &Value) -> String {
+    let mut bytes = tool.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(canonical(arguments).to_string().into_bytes());
+    spec_hash(&bytes)
+}
+
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<_> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `TASKGATE_ARG_<NAME>` for each top-level argument: the name upper-cased with
+/// anything but letters, digits and `_` turned into `_`; strings as they are,
+/// numbers and booleans as JSON text, null as an empty string, arrays and
+/// objects JSON-encoded. A value with a NUL byte cannot be an environment
+/// variable and is only in the arguments file.
+pub(crate) fn arg_env(arguments: &Value) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let Value::Object(map) = arguments else {
+        return env;
+    };
+    for (name, value) in map {
+        let name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let value = match value {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        if !value.contains('\0') {
+            env.insert(format!("TASKGATE_ARG_{name}"), value);
+        }
+    }
+    env
+}
+
+fn signal(pgid: i32, signal: Signal) -> Result<(), EngineError> {
+    proc::signal_group(pgid, Some(signal))
+        .map(|_| ())
+        .map_err(|e| EngineError::PermissionDenied {
+            action: format!("kill({signal})"),
+            message: e.to_string(),
+        })
+}
+
+fn not_outstanding(key: &str) -> EngineError {
+    EngineError::Conflict {
+        message: format!("no outstanding input request {key:?}"),
+    }
+}
+
+fn io_error(what: &str, e: std::io::Error) -> EngineError {
+    if e.kind() == ErrorKind::PermissionDenied {
+        EngineError::PermissionDenied {
+            action: "write the spool folder".to_owned(),
+            message: format!("{what}: {e}"),
+        }
+    } else {
+        EngineError::unavailable(what.to_owned(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn args_become_env_vars_verbatim() {
+        let env = arg_env(&json!({
+            "text": "$(touch /tmp/x); rm -rf /",
+            "n": 3, "ok": true, "none": null,
+            "list": [1, "a"], "obj": {"b": 1},
+            "dash-name": "v", "nul": "a\u{0}b"
+        }));
+        assert_eq!(env["TASKGATE_ARG_TEXT"], "$(touch /tmp/x); rm -rf /");
+        assert_eq!(env["TASKGATE_ARG_N"], "3");
+        assert_eq!(env["TASKGATE_ARG_OK"], "true");
+        assert_eq!(env["TASKGATE_ARG_NONE"], "");
+        assert_eq!(env["TASKGATE_ARG_LIST"], r#"[1,"a"]"#);
+        assert_eq!(env["TASKGATE_ARG_OBJ"], r#"{"b":1}"#);
+        assert_eq!(env["TASKGATE_ARG_DASH_NAME"], "v");
+        assert!(!env.contains_key("TASKGATE_ARG_NUL"));
+        assert!(arg_env(&json!([1])).is_empty());
+    }
+
+    #[test]
+    fn hash_ignores_key_order_but_not_values_or_tool() {
+        let a = args_hash("t", &json!({"a": 1, "b": {"c": 2, "d": 3}}));
+        let b: Value = serde_json::from_str(r#"{"b": {"d": 3, "c": 2}, "a": 1}"#).unwrap();
+        assert_eq!(a, args_hash("t", &b));
+        assert_ne!(a, args_hash("t", &json!({"a": 2, "b": {"c": 2, "d": 3}})));
+        assert_ne!(a, args_hash("u", &b));
+    }
+
+    #[test]
+    fn status_file_forms() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        std::fs::write(&p, r#"{"message": "m", "progress": 3, "total": 10}"#).unwrap();
+        let s = read_status(&p).unwrap();
+        assert_eq!(
+            (s.message.as_deref(), s.progress, s.total),
+            (Some("m"), Some(3.0), Some(10.0))
+        );
+        std::fs::write(&p, "\n  step two \nmore").unwrap();
+        assert_eq!(
+            read_status(&p).unwrap().message.as_deref(),
+            Some("step two")
+        );
+        std::fs::write(&p, r#""quoted""#).unwrap();
+        assert_eq!(read_status(&p).unwrap().message.as_deref(), Some("quoted"));
+        assert!(read_status(&dir.path().join("none")).is_none());
+    }
+}

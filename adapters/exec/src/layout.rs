@@ -1,0 +1,226 @@
+//! The spool layout: file names inside a run folder and the records stored in
+//! them. Shared by the engine (which reads and writes from the server) and the
+//! supervisor (which writes from beside the process).
+//!
+//! ```text
+//! <spool_dir>/<run_name>/
+//!   meta.json         written by start: tool, args hash, created time, keep-alive
+//!   args.json         the tool's arguments (TASKGATE_ARGS_FILE)
+//!   command.json      argv, environment and working folder for the supervisor
+//!   supervisor.json   the supervisor's pid and start time (it is alive)
+//!   pid.json          the process's pid and start time (it was spawned)
+//!   stdout.tail       the last `tail_bytes` bytes of standard output
+//!   stderr.tail       the last `tail_bytes` bytes of standard error
+//!   exit.json         exit code or signal, or why the process could not start
+//!   cancelled         marker written by cancel (its mtime is the cancel time)
+//!   status.json       written by the process (TASKGATE_STATUS_FILE)
+//!   result.json       written by the process (TASKGATE_RESULT_FILE)
+//!   input/<key>.request.json   written by the process (TASKGATE_INPUT_DIR)
+//!   input/<key>.response.json  written by answer
+//! ```
+//!
+//! Every file is written whole (to a temporary name, then renamed), so a reader
+//! never sees half a record.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+pub(crate) const META: &str = "meta.json";
+pub(crate) const ARGS: &str = "args.json";
+pub(crate) const COMMAND: &str = "command.json";
+pub(crate) const SUPERVISOR: &str = "supervisor.json";
+pub(crate) const PID: &str = "pid.json";
+pub(crate) const STDOUT_TAIL: &str = "stdout.tail";
+pub(crate) const STDERR_TAIL: &str = "stderr.tail";
+pub(crate) const EXIT: &str = "exit.json";
+pub(crate) const CANCELLED: &str = "cancelled";
+pub(crate) const STATUS: &str = "status.json";
+pub(crate) const RESULT: &str = "result.json";
+pub(crate) const INPUT_DIR: &str = "input";
+pub(crate) const REQUEST_SUFFIX: &str = ".request.json";
+pub(crate) const RESPONSE_SUFFIX: &str = ".response.json";
+
+/// What start records about a run before anything is launched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    /// The tool's name.
+    pub tool: String,
+    /// Hash of the tool name and the canonical arguments (idempotency check).
+    pub args_hash: String,
+    /// When start created the run, in milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// How long to keep the run after it ends, in milliseconds; `None` keeps it.
+    #[serde(default)]
+    pub keep_alive_ms: Option<u64>,
+}
+
+/// How the supervisor launches the process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CommandSpec {
+    /// The argv; the first element is the program.
+    pub argv: Vec<String>,
+    /// Variables set for the process (fixed ones from the target, the arguments
+    /// and the `TASKGATE_*` paths).
+    pub env: BTreeMap<String, String>,
+    /// Names of variables passed through from the supervisor's own environment.
+    pub pass_env: Vec<String>,
+    /// The working folder, if configured.
+    pub working_dir: Option<PathBuf>,
+    /// How many bytes of each output stream to keep.
+    pub tail_bytes: usize,
+    /// How long a cancelled process gets between SIGTERM and SIGKILL, in ms.
+    pub grace_ms: u64,
+}
+
+/// A process identity: a pid is reused by the kernel, the pair is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProcRecord {
+    /// The process id.
+    pub pid: i32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
+    pub start_time: u64,
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct ExitRecord {
+    /// The exit code, when it exited.
+    #[serde(default)]
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why it could not be started, when it could not.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When the supervisor saw it end, in milliseconds since the Unix epoch.
+    pub ended_at_ms: u64,
+}
+
+/// What the process may write to `TASKGATE_STATUS_FILE`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub(crate) struct StatusFile {
+    /// A short human-readable status.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Units done so far.
+    #[serde(default)]
+    pub progress: Option<f64>,
+    /// Units in all.
+    #[serde(default)]
+    pub total: Option<f64>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn to_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The time `ms` milliseconds after the Unix epoch.
+pub(crate) fn from_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// Writes `bytes` to `dir/name` whole: to a temporary file in the same folder,
+/// then renamed over the target.
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temp_name(dir, name);
+    let outcome = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        std::fs::rename(&tmp, dir.join(name))
+    })();
+    if outcome.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    outcome
+}
+
+/// Writes `bytes` to `dir/name` whole, failing with `AlreadyExists` when the
+/// target exists (a hard link of a complete temporary file never replaces).
+pub(crate) fn write_exclusive(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temp_name(dir, name);
+    let outcome = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        std::fs::hard_link(&tmp, dir.join(name))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    outcome
+}
+
+fn temp_name(dir: &Path, name: &str) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    dir.join(format!(".{name}.{}.{nanos}.tmp", std::process::id()))
+}
+
+/// Serializes `value` and writes it with [`write_atomic`].
+pub(crate) fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    write_atomic(dir, name, &bytes)
+}
+
+/// Reads and parses `path`; `Ok(None)` when it does not exist.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// True for a run name taskgate may have produced: `[a-z][a-z0-9-]{0,63}`.
+/// Anything else never becomes a path.
+pub(crate) fn valid_run_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= 64
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
+}
+
+/// True for an input key a process may use: `[A-Za-z0-9_-]{1,64}`.
+pub(crate) fn valid_input_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 64
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_run_name("tg-abc123"));
+        assert!(!valid_run_name("../etc"));
+        assert!(!valid_run_name("Abc"));
+        assert!(!valid_run_name(""));
+        assert!(!valid_run_name("a/b"));
+        assert!(valid_input_key("approve_1-x"));
+        assert!(!valid_input_key("a.b"));
+        assert!(!valid_input_key(""));
+    }
+
+    #[test]
+    fn exclusive_write_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        write_exclusive(dir.path(), "x", b"1").unwrap();
+        let err = write_exclusive(dir.path(), "x", b"2").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(dir.path().join("x")).unwrap(), b"1");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

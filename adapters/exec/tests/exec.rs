@@ -1,0 +1,559 @@
+//! The exec engine against real processes: real supervisors, real signals, a
+//! real spool folder. No mocks, no sleeps-and-hope: every wait is a condition
+//! polled up to a deadline.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskgate_engine::{
+    Content, Engine, EngineError, InputAction, InputResponse, Pipeline, RunState, Snapshot,
+    StartRequest, ToolDecl,
+};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn tool(script: &str) -> String {
+    format!("{}/tests/tools/{script}", env!("CARGO_MANIFEST_DIR"))
+}
+
+async fn engine(spool: &Path, extra: Value) -> Arc<dyn Engine> {
+    let mut settings = json!({
+        "spool_dir": spool,
+        "supervisor": [env!("CARGO_BIN_EXE_taskgate-exec-supervisor")],
+        "grace_period": "1s",
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        settings[k] = v.clone();
+    }
+    taskgate_exec::build(settings).await.unwrap()
+}
+
+fn bind(engine: &Arc<dyn Engine>, target: Value) -> Arc<dyn Pipeline> {
+    engine
+        .bind(&ToolDecl {
+            name: "t".into(),
+            target,
+            keep_alive: None,
+        })
+        .unwrap()
+}
+
+fn request(run_name: &str, arguments: Value) -> StartRequest {
+    StartRequest {
+        run_name: run_name.into(),
+        arguments,
+        caller_tag: "0".repeat(16),
+        keep_alive: None,
+    }
+}
+
+/// Reads until `done` holds for the outcome, or fails with the last one.
+async fn wait_for(
+    p: &Arc<dyn Pipeline>,
+    run: &str,
+    what: &str,
+    done: impl Fn(&Result<Snapshot, EngineError>) -> bool,
+) -> Result<Snapshot, EngineError> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let outcome = p.read(&run.to_owned()).await;
+        if done(&outcome) {
+            return outcome;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{run}: not {what} within {DEADLINE:?}; last read: {outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_terminal(p: &Arc<dyn Pipeline>, run: &str) -> RunState {
+    wait_for(p, run, "terminal", |o| {
+        o.as_ref().is_ok_and(|s| s.state.is_terminal())
+    })
+    .await
+    .unwrap()
+    .state
+}
+
+/// Waits for a plain condition on the machine (a process gone, a file there).
+async fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not {what} within {DEADLINE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn completed(state: &RunState) -> (String, bool, Option<Value>) {
+    let RunState::Completed(out) = state else {
+        panic!("not completed: {state:?}")
+    };
+    let Content::Text(text) = &out.content[0] else {
+        panic!("not text")
+    };
+    (text.clone(), out.is_error, out.structured.clone())
+}
+
+/// True when `pid` runs and is not a zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat[stat.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .next();
+        !matches!(state, Some("Z" | "X"))
+    })
+}
+
+fn read_pid(path: &Path) -> i32 {
+    let text = std::fs::read_to_string(path).unwrap();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        if let Some(pid) = v.get("pid") {
+            return i32::try_from(pid.as_i64().unwrap()).unwrap();
+        }
+    }
+    text.trim().parse().unwrap()
+}
+
+fn run_dir(spool: &Path, run: &str) -> PathBuf {
+    spool.join(run)
+}
+
+#[tokio::test]
+async fn success_with_a_result_file_is_structured() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("args_to_result.sh")]}));
+    let args = json!({"dataset": "d1", "n": 2});
+    let run = p.start(request("tg-result", args.clone())).await.unwrap();
+    assert_eq!(run, "tg-result");
+    let snap = wait_for(&p, &run, "terminal", |o| {
+        o.as_ref().is_ok_and(|s| s.state.is_terminal())
+    })
+    .await
+    .unwrap();
+    let (_, is_error, structured) = completed(&snap.state);
+    assert!(!is_error);
+    assert_eq!(structured, Some(args));
+    let (created, ended) = (snap.created_at.unwrap(), snap.ended_at.unwrap());
+    assert!(created <= ended && ended <= snap.updated_at.unwrap());
+}
+
+#[tokio::test]
+async fn success_without_a_result_file_is_its_standard_output() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let run = p
+        .start(request("tg-hello", json!({"name": "Ada"})))
+        .await
+        .unwrap();
+    let state = wait_terminal(&p, &run).await;
+    assert_eq!(completed(&state), ("hello Ada\n".to_owned(), false, None));
+}
+
+#[tokio::test]
+async fn non_zero_exit_is_a_tool_error_with_the_end_of_stderr() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("fail.sh")]}));
+    let run = p
+        .start(request("tg-fail", json!({"what": "disk"})))
+        .await
+        .unwrap();
+    let (text, is_error, _) = completed(&wait_terminal(&p, &run).await);
+    assert!(is_error);
+    assert!(text.contains("exited with code 3"), "{text}");
+    assert!(text.contains("something broke: disk"), "{text}");
+    assert!(
+        !text.contains("starting"),
+        "stdout is not in the error: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_start_is_a_tool_error() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": ["/nonexistent/program"]}));
+    let run = p.start(request("tg-nope", json!({}))).await.unwrap();
+    let (text, is_error, _) = completed(&wait_terminal(&p, &run).await);
+    assert!(is_error && text.contains("could not be started"), "{text}");
+}
+
+#[tokio::test]
+async fn output_tails_are_bounded() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({"tail_bytes": 1000})).await;
+    let p = bind(&e, json!({"command": [tool("big.sh")]}));
+    let run = p.start(request("tg-big", json!({}))).await.unwrap();
+    let (text, is_error, _) = completed(&wait_terminal(&p, &run).await);
+    assert!(!is_error);
+    assert_eq!(text.len(), 1000);
+    assert!(text.ends_with("aaaEND"), "{}", &text[990..]);
+    let on_disk = std::fs::metadata(run_dir(spool.path(), &run).join("stdout.tail")).unwrap();
+    assert_eq!(on_disk.len(), 1000);
+}
+
+#[tokio::test]
+async fn arguments_are_never_interpreted_by_a_shell() {
+    let spool = tempfile::tempdir().unwrap();
+    let canary = spool.path().join("pwned");
+    let text = format!(
+        "$(touch {0}); `touch {0}` ; rm -rf {0} && echo \"'",
+        canary.display()
+    );
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(
+        &e,
+        json!({"command": [tool("show_env.sh"), "fixed arg; $(x)"], "env": {"FIXED": "f v"}}),
+    );
+    let args = json!({"text": text, "list": ["a b", {"c": "$(d)"}]});
+    let run = p.start(request("tg-shell", args.clone())).await.unwrap();
+    let (_, is_error, structured) = completed(&wait_terminal(&p, &run).await);
+    assert!(!is_error);
+    assert_eq!(structured, Some(args), "the arguments file is verbatim");
+    let dir = run_dir(spool.path(), &run);
+    let seen = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    assert_eq!(seen("seen-text"), text);
+    assert_eq!(seen("seen-list"), r#"["a b",{"c":"$(d)"}]"#);
+    assert_eq!(seen("seen-fixed"), "f v");
+    assert_eq!(seen("seen-argv"), "fixed arg; $(x)\n");
+    assert_eq!(seen("seen-pwd").trim(), dir.to_str().unwrap());
+    assert!(!canary.exists(), "a shell ran the argument");
+    // Only the allowed part of the server's environment reaches the process.
+    let env = seen("seen-env");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR="), "{env}");
+}
+
+#[tokio::test]
+async fn working_carries_the_status_file_then_cancel_kills_the_process_group() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("sleepy.sh")]}));
+    let run = p.start(request("tg-cancel", json!({}))).await.unwrap();
+    let snap = wait_for(&p, &run, "sleeping", |o| {
+        matches!(o, Ok(Snapshot { state: RunState::Working { message: Some(m), .. }, .. }) if m == "sleeping")
+    })
+    .await
+    .unwrap();
+    let RunState::Working {
+        progress: Some(progress),
+        ..
+    } = snap.state
+    else {
+        panic!()
+    };
+    assert_eq!((progress.done, progress.total), (3.0, Some(10.0)));
+    let dir = run_dir(spool.path(), &run);
+    let child = read_pid(&dir.join("pid.json"));
+    let grandchild = read_pid(&dir.join("grandchild.pid"));
+    assert!(running(child) && running(grandchild));
+
+    p.cancel(&run).await.unwrap();
+    assert!(matches!(
+        p.read(&run).await.unwrap().state,
+        RunState::Cancelled { .. }
+    ));
+    wait_until("the process group dead", || {
+        !running(child) && !running(grandchild)
+    })
+    .await;
+    wait_until("the exit recorded", || dir.join("exit.json").exists()).await;
+    let snap = p.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }));
+    assert!(snap.ended_at.is_some());
+    // Cancelling again is fine; cancelling a finished run is a conflict.
+    p.cancel(&run).await.unwrap();
+    let q = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let done = q.start(request("tg-cancel-done", json!({}))).await.unwrap();
+    wait_terminal(&q, &done).await;
+    assert!(matches!(
+        q.cancel(&done).await,
+        Err(EngineError::Conflict { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_process_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({"grace_period": "300ms"})).await;
+    let p = bind(
+        &e,
+        json!({"command": [tool("sleepy.sh")], "env": {"STUBBORN": "1"}}),
+    );
+    let run = p.start(request("tg-stubborn", json!({}))).await.unwrap();
+    let dir = run_dir(spool.path(), &run);
+    wait_until("the grandchild started", || {
+        dir.join("grandchild.pid").exists()
+    })
+    .await;
+    let child = read_pid(&dir.join("pid.json"));
+    let grandchild = read_pid(&dir.join("grandchild.pid"));
+    let cancelled_at = Instant::now();
+    p.cancel(&run).await.unwrap();
+    assert!(
+        cancelled_at.elapsed() < Duration::from_millis(250),
+        "cancel must not block"
+    );
+    wait_until("the stubborn group killed", || {
+        !running(child) && !running(grandchild)
+    })
+    .await;
+    wait_until("the exit recorded", || dir.join("exit.json").exists()).await;
+    let exit: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("exit.json")).unwrap()).unwrap();
+    assert_eq!(exit["signal"], 9, "{exit}");
+}
+
+#[tokio::test]
+async fn a_run_survives_the_engine_being_dropped_and_rebuilt() {
+    let spool = tempfile::tempdir().unwrap();
+    let run = {
+        let e = engine(spool.path(), json!({})).await;
+        let p = bind(&e, json!({"command": [tool("wait_go.sh")]}));
+        let run = p.start(request("tg-restart", json!({}))).await.unwrap();
+        assert!(matches!(
+            p.read(&run).await.unwrap().state,
+            RunState::Working { .. }
+        ));
+        run
+    };
+    // A new server: same settings, nothing else.
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("wait_go.sh")]}));
+    assert!(matches!(
+        p.read(&run).await.unwrap().state,
+        RunState::Working { .. }
+    ));
+    assert_eq!(p.locate(&run).await.unwrap(), Some(run.clone()));
+    std::fs::write(run_dir(spool.path(), &run).join("go"), b"").unwrap();
+    let (text, is_error, _) = completed(&wait_terminal(&p, &run).await);
+    assert_eq!((text.as_str(), is_error), ("done\n", false));
+}
+
+#[tokio::test]
+async fn start_is_idempotent_and_other_arguments_conflict() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("wait_go.sh")]}));
+    let run = p
+        .start(request("tg-idem", json!({"a": 1, "b": 2})))
+        .await
+        .unwrap();
+    let dir = run_dir(spool.path(), &run);
+    let first = std::fs::read(dir.join("pid.json")).unwrap();
+    let again = p
+        .start(request("tg-idem", json!({"b": 2, "a": 1})))
+        .await
+        .unwrap();
+    assert_eq!(again, run);
+    assert_eq!(
+        std::fs::read(dir.join("pid.json")).unwrap(),
+        first,
+        "launched once"
+    );
+    let err = p
+        .start(request("tg-idem", json!({"a": 2})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Conflict { .. }), "{err:?}");
+    std::fs::write(dir.join("go"), b"").unwrap();
+    wait_terminal(&p, &run).await;
+    // Still the same run after it finished.
+    assert_eq!(
+        p.start(request("tg-idem", json!({"a": 1, "b": 2})))
+            .await
+            .unwrap(),
+        run
+    );
+}
+
+#[tokio::test]
+async fn concurrent_starts_make_one_run() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { p.start(request("tg-race", json!({"name": "x"}))).await })
+        })
+        .collect();
+    for start in starts {
+        assert_eq!(start.await.unwrap().unwrap(), "tg-race");
+    }
+    let (text, _, _) = completed(&wait_terminal(&p, "tg-race").await);
+    assert_eq!(text, "hello x\n", "one process wrote the output");
+}
+
+#[tokio::test]
+async fn input_round_trip() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("ask.sh")]}));
+    let run = p.start(request("tg-ask", json!({}))).await.unwrap();
+    let snap = wait_for(&p, &run, "asking", |o| {
+        matches!(
+            o,
+            Ok(Snapshot {
+                state: RunState::InputRequired { .. },
+                ..
+            })
+        )
+    })
+    .await
+    .unwrap();
+    let RunState::InputRequired { requests, .. } = snap.state else {
+        panic!()
+    };
+    assert_eq!(requests["approve"].message, "Deploy?");
+    assert_eq!(
+        requests["approve"].requested_schema["required"],
+        json!(["ok"])
+    );
+
+    let yes = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({"ok": true})),
+    };
+    let wrong = p.answer(&run, "other", &yes).await.unwrap_err();
+    assert!(matches!(wrong, EngineError::Conflict { .. }), "{wrong:?}");
+    p.answer(&run, "approve", &yes).await.unwrap();
+    let twice = p.answer(&run, "approve", &yes).await.unwrap_err();
+    assert!(matches!(twice, EngineError::Conflict { .. }), "{twice:?}");
+
+    let (_, is_error, structured) = completed(&wait_terminal(&p, &run).await);
+    assert!(!is_error);
+    assert_eq!(
+        structured,
+        Some(json!({"answer": {"action": "accept", "content": {"ok": true}}}))
+    );
+}
+
+#[tokio::test]
+async fn a_lost_process_reads_as_failed() {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("sleepy.sh")]}));
+    let run = p.start(request("tg-lost", json!({}))).await.unwrap();
+    let dir = run_dir(spool.path(), &run);
+    wait_until("the grandchild started", || {
+        dir.join("grandchild.pid").exists()
+    })
+    .await;
+    let supervisor = read_pid(&dir.join("supervisor.json"));
+    let child = read_pid(&dir.join("pid.json"));
+    kill(Pid::from_raw(supervisor), Signal::SIGKILL).unwrap();
+    wait_until("the supervisor dead", || !running(supervisor)).await;
+    assert!(
+        matches!(p.read(&run).await.unwrap().state, RunState::Working { .. }),
+        "the process itself still runs"
+    );
+    killpg(Pid::from_raw(child), Signal::SIGKILL).unwrap();
+    let state = wait_terminal(&p, &run).await;
+    assert!(
+        matches!(&state, RunState::Failed { message } if message.contains("lost")),
+        "{state:?}"
+    );
+    assert!(matches!(
+        p.cancel(&run).await,
+        Err(EngineError::Conflict { .. })
+    ));
+}
+
+#[tokio::test]
+async fn retention_expiry_reads_as_not_found_and_removes_the_folder() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let mut req = request("tg-keep", json!({"name": "k"}));
+    req.keep_alive = Some(Duration::from_millis(1500));
+    let run = p.start(req).await.unwrap();
+    // Completed first (the retention runs from the end) ...
+    wait_terminal(&p, &run).await;
+    // ... then gone.
+    wait_for(&p, &run, "expired", |o| {
+        matches!(o, Err(EngineError::NotFound))
+    })
+    .await
+    .unwrap_err();
+    assert!(!run_dir(spool.path(), &run).exists());
+    assert_eq!(p.locate(&run).await.unwrap(), None);
+    // The name is free again.
+    let again = p
+        .start(request("tg-keep", json!({"name": "k2"})))
+        .await
+        .unwrap();
+    assert_eq!(again, run);
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_runs_are_not_found() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    for run in ["tg-unknown", "../etc", "", "tg/../x", ".staging"] {
+        assert!(
+            matches!(p.read(&run.to_owned()).await, Err(EngineError::NotFound)),
+            "{run}"
+        );
+        assert!(
+            matches!(p.cancel(&run.to_owned()).await, Err(EngineError::NotFound)),
+            "{run}"
+        );
+    }
+    assert_eq!(p.locate("tg-unknown").await.unwrap(), None);
+    let caps = p.capabilities();
+    assert!(caps.cancel && caps.input && caps.idempotent_start && caps.locate);
+}
+
+#[tokio::test]
+async fn a_supervisor_that_cannot_launch_fails_the_start_and_leaves_nothing() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(
+        spool.path(),
+        json!({"supervisor": ["/nonexistent/taskgate", "supervise"]}),
+    )
+    .await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let err = p
+        .start(request("tg-nosup", json!({"name": "n"})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Unavailable { .. }), "{err:?}");
+    assert!(!run_dir(spool.path(), "tg-nosup").exists());
+    // A retry on a working engine starts the run.
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("hello.sh")]}));
+    let run = p
+        .start(request("tg-nosup", json!({"name": "n"})))
+        .await
+        .unwrap();
+    assert_eq!(completed(&wait_terminal(&p, &run).await).0, "hello n\n");
+}
+
+#[tokio::test]
+async fn bad_settings_and_targets_name_their_key() {
+    let err = taskgate_exec::build(json!({"spool_dir": "/x", "tail_byts": 1}))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "tail_byts");
+    let e = engine(Path::new("/tmp"), json!({})).await;
+    let err = e
+        .bind(&ToolDecl {
+            name: "t".into(),
+            target: json!({"command": []}),
+            keep_alive: None,
+        })
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "target.command");
+}
