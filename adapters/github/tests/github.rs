@@ -1,0 +1,597 @@
+//! The GitHub engine against a stateful double of GitHub's REST API whose payloads
+//! are GitHub's published examples. Every request is checked by the double
+//! (method, path, headers, bodies); each test drives the run's state explicitly.
+
+mod double;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use double::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW, WORKFLOW_YAML};
+use serde_json::{json, Value};
+use taskgate_engine::{
+    Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
+    Snapshot, StartRequest, ToolDecl,
+};
+
+static FILES: AtomicU32 = AtomicU32::new(0);
+
+fn token_file() -> std::path::PathBuf {
+    let n = FILES.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "taskgate-github-test-{}-{n}.token",
+        std::process::id()
+    ));
+    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    path
+}
+
+async fn engine(d: &Double) -> Arc<dyn Engine> {
+    taskgate_github::build(json!({
+        "token_file": token_file(),
+        "base_url": d.url,
+        "lookup_delay": "10ms",
+    }))
+    .await
+    .unwrap()
+}
+
+fn target(extra: Value) -> Value {
+    let mut t = json!({"owner": OWNER, "repo": REPO, "workflow": WORKFLOW, "ref": REF});
+    for (k, v) in extra.as_object().unwrap() {
+        t[k] = v.clone();
+    }
+    t
+}
+
+async fn pipeline(d: &Double, extra: Value) -> Arc<dyn Pipeline> {
+    engine(d)
+        .await
+        .bind(&ToolDecl {
+            name: "deploy".into(),
+            target: target(extra),
+            keep_alive: None,
+        })
+        .unwrap()
+}
+
+fn request(run_name: &str, arguments: Value) -> StartRequest {
+    StartRequest {
+        run_name: run_name.into(),
+        arguments,
+        caller_tag: "0123456789abcdef".into(),
+        keep_alive: None,
+    }
+}
+
+fn run_id(native: &NativeRef) -> u64 {
+    native.rsplit('/').next().unwrap().parse().unwrap()
+}
+
+fn working_message(s: &Snapshot) -> String {
+    match &s.state {
+        RunState::Working { message, .. } => message.clone().unwrap_or_default(),
+        other => panic!("not working: {other:?}"),
+    }
+}
+
+const RUNS: &str = "/repos/octo-org/octo-repo/actions/runs";
+const DISPATCH: &str = "POST /repos/octo-org/octo-repo/actions/workflows/deploy.yml/dispatches";
+const LIST: &str = "GET /repos/octo-org/octo-repo/actions/workflows/deploy.yml/runs";
+
+#[tokio::test]
+async fn dispatch_with_run_details_then_queued_in_progress_success() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request(
+            "tg-first",
+            json!({"version": "1.2.3", "replicas": 3, "dry_run": false, "environment": null}),
+        ))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    assert_eq!(native, format!("{OWNER}/{REPO}/{id}"));
+    let seen = d.seen();
+    assert_eq!(d.lines(), [DISPATCH]);
+    assert_eq!(
+        seen[0].body,
+        Some(json!({
+            "ref": "main",
+            "inputs": {"version": "1.2.3", "replicas": "3", "dry_run": "false"},
+            "return_run_details": true,
+        }))
+    );
+    d.clear_seen();
+
+    // queued: one call.
+    let s = p.read(&native).await.unwrap();
+    assert!(working_message(&s).contains("queued"), "{s:?}");
+    assert!(s.created_at.is_some());
+    assert_eq!(s.poll_hint, None);
+    assert_eq!(d.lines(), [format!("GET {RUNS}/{id}")]);
+    d.clear_seen();
+
+    // in progress: the run and its jobs.
+    d.set_run(id, "in_progress", None);
+    let s = p.read(&native).await.unwrap();
+    assert_eq!(
+        working_message(&s),
+        "running job build, step 7/10: Run Tests"
+    );
+    assert_eq!(
+        d.lines(),
+        [format!("GET {RUNS}/{id}"), format!("GET {RUNS}/{id}/jobs")]
+    );
+    d.clear_seen();
+
+    // success: the run, its jobs and its artifacts.
+    d.set_run(id, "completed", Some("success"));
+    let s = p.read(&native).await.unwrap();
+    let RunState::Completed(out) = &s.state else {
+        panic!("{s:?}")
+    };
+    assert!(!out.is_error);
+    let st = out.structured.as_ref().unwrap();
+    assert_eq!(st["conclusion"], "success");
+    assert_eq!(
+        st["html_url"],
+        format!("https://github.com/{OWNER}/{REPO}/actions/runs/{id}")
+    );
+    assert_eq!(
+        st["jobs"],
+        json!([{"name": "build", "conclusion": "success"}])
+    );
+    assert_eq!(st["artifacts"].as_array().unwrap().len(), 2);
+    assert_eq!(st["artifacts"][0]["name"], "Rails");
+    assert!(out
+        .content
+        .iter()
+        .any(|c| matches!(c, Content::Link { uri, .. }
+        if *uri == format!("https://github.com/{OWNER}/{REPO}/actions/runs/{id}"))));
+    assert!(s.ended_at.is_some());
+    assert_eq!(
+        d.lines(),
+        [
+            format!("GET {RUNS}/{id}"),
+            format!("GET {RUNS}/{id}/jobs"),
+            format!("GET {RUNS}/{id}/artifacts"),
+        ]
+    );
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn every_other_status_and_conclusion() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request("tg-statuses", json!({"version": "1"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    for (status, want) in [
+        ("requested", "requested"),
+        ("pending", "pending"),
+        ("waiting", "protection rule"),
+    ] {
+        d.set_run(id, status, None);
+        let s = p.read(&native).await.unwrap();
+        assert!(working_message(&s).contains(want), "{status}: {s:?}");
+    }
+    for conclusion in ["failure", "timed_out", "startup_failure"] {
+        d.set_run(id, "completed", Some(conclusion));
+        let s = p.read(&native).await.unwrap();
+        let RunState::Completed(out) = &s.state else {
+            panic!("{conclusion}: {s:?}")
+        };
+        assert!(out.is_error, "{conclusion}");
+        let st = out.structured.as_ref().unwrap();
+        assert_eq!(st["conclusion"], conclusion);
+        assert_eq!(st["failed_jobs"][0]["name"], "build");
+        assert_eq!(st["failed_jobs"][0]["failed_steps"][0]["name"], "Run Tests");
+        let Content::Text(text) = &out.content[0] else {
+            panic!()
+        };
+        assert!(text.contains("job build"), "{text}");
+    }
+    d.set_run(id, "completed", Some("cancelled"));
+    let s = p.read(&native).await.unwrap();
+    assert!(matches!(s.state, RunState::Cancelled { .. }), "{s:?}");
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn an_older_server_gets_the_correlation_fallback() {
+    let d = Double::start().await;
+    d.without_run_details();
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request("tg-fallback", json!({"version": "2"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    assert_eq!(d.lines(), [DISPATCH, DISPATCH, LIST]);
+    let seen = d.seen();
+    assert_eq!(seen[0].body.as_ref().unwrap()["return_run_details"], true);
+    assert_eq!(
+        seen[1].body,
+        Some(json!({"ref": "main", "inputs": {"version": "2", "taskgate_run": "tg-fallback"}}))
+    );
+    assert_eq!(seen[2].query["event"], "workflow_dispatch");
+    assert!(
+        seen[2].query["created"].starts_with(">="),
+        "{:?}",
+        seen[2].query
+    );
+    assert_eq!(d.run(id)["display_title"], "deploy tg-fallback");
+    d.set_run(id, "completed", Some("success"));
+    assert!(matches!(
+        p.read(&native).await.unwrap().state,
+        RunState::Completed(_)
+    ));
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn a_run_listed_late_is_found_by_name_on_read() {
+    let d = Double::start().await;
+    d.without_run_details();
+    d.hide_new_runs_from_lists(4);
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request("tg-late", json!({"version": "3"})))
+        .await
+        .unwrap();
+    // Three listings within the start found nothing: the reference names the run.
+    assert_eq!(d.lines(), [DISPATCH, DISPATCH, LIST, LIST, LIST]);
+    assert!(
+        native.starts_with(&format!("{OWNER}/{REPO}/~tg-late~")),
+        "{native}"
+    );
+    let s = p.read(&native).await.unwrap();
+    assert!(
+        working_message(&s).contains("waiting for GitHub to list the run"),
+        "{s:?}"
+    );
+    // Listed now: the read finds it (the listing carries the run's state).
+    let id = d.run_ids()[0];
+    d.set_run(id, "completed", Some("success"));
+    d.clear_seen();
+    let s = p.read(&native).await.unwrap();
+    assert!(
+        matches!(s.state, RunState::Completed(ref o) if !o.is_error),
+        "{s:?}"
+    );
+    assert_eq!(
+        d.lines(),
+        [
+            LIST.to_owned(),
+            format!("GET {RUNS}/{id}/jobs"),
+            format!("GET {RUNS}/{id}/artifacts")
+        ]
+    );
+    // Cancel resolves the name too (and the run has finished: 409 -> Ok).
+    p.cancel(&native).await.unwrap();
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn locate_finds_a_correlated_run() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({"correlate": "always"})).await;
+    let native = p
+        .start(request("tg-token-1", json!({"version": "4"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        d.seen()[0].body.as_ref().unwrap()["inputs"]["taskgate_run"],
+        "tg-token-1"
+    );
+    assert_eq!(p.locate("tg-token-1").await.unwrap(), Some(native));
+    assert_eq!(p.locate("tg-token-2").await.unwrap(), None);
+    assert!(p.capabilities().locate);
+    assert!(!p.capabilities().idempotent_start);
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn cancel_answers_202_and_409() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request("tg-cancel", json!({"version": "5"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    d.set_run(id, "in_progress", None);
+    d.clear_seen();
+    p.cancel(&native).await.unwrap();
+    assert_eq!(d.lines(), [format!("POST {RUNS}/{id}/cancel")]);
+    assert!(matches!(
+        p.read(&native).await.unwrap().state,
+        RunState::Cancelled { .. }
+    ));
+
+    // A finished run: GitHub answers 409, the engine reads the run and says Ok;
+    // the next read reports the real final state.
+    let other = p
+        .start(request("tg-done", json!({"version": "6"})))
+        .await
+        .unwrap();
+    let other_id = run_id(&other);
+    d.set_run(other_id, "completed", Some("success"));
+    d.clear_seen();
+    p.cancel(&other).await.unwrap();
+    assert_eq!(
+        d.lines(),
+        [
+            format!("POST {RUNS}/{other_id}/cancel"),
+            format!("GET {RUNS}/{other_id}")
+        ]
+    );
+    assert!(
+        matches!(p.read(&other).await.unwrap().state, RunState::Completed(ref o) if !o.is_error)
+    );
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn an_environment_approval_is_asked_and_approved() {
+    let d = Double::start().await;
+    let p = pipeline(
+        &d,
+        json!({"environment_approval": {"message": "Approve deployment to {environment}?"}}),
+    )
+    .await;
+    assert!(p.capabilities().input);
+    let native = p
+        .start(request("tg-approve", json!({"version": "7"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    d.wait_on_environment(id);
+    d.clear_seen();
+    let s = p.read(&native).await.unwrap();
+    let RunState::InputRequired { requests, .. } = &s.state else {
+        panic!("{s:?}")
+    };
+    let (key, req) = requests.iter().next().unwrap();
+    assert_eq!(key, "environment-161088068");
+    assert_eq!(req.message, "Approve deployment to staging?");
+    assert_eq!(
+        d.lines(),
+        [
+            format!("GET {RUNS}/{id}"),
+            format!("GET {RUNS}/{id}/pending_deployments")
+        ]
+    );
+    d.clear_seen();
+    let accept = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({"comment": "ship it"})),
+    };
+    p.answer(&native, key, &accept).await.unwrap();
+    assert_eq!(d.lines(), [format!("POST {RUNS}/{id}/pending_deployments")]);
+    assert_eq!(
+        d.reviews(),
+        [json!({"environment_ids": [161_088_068], "state": "approved", "comment": "ship it"})]
+    );
+    assert!(working_message(&p.read(&native).await.unwrap()).contains("running job"));
+    // The same answer again: no longer outstanding.
+    assert!(matches!(
+        p.answer(&native, key, &accept).await.unwrap_err(),
+        EngineError::Conflict { .. }
+    ));
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn an_environment_approval_is_rejected() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({"environment_approval": {}})).await;
+    let native = p
+        .start(request("tg-reject", json!({"version": "8"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    d.wait_on_environment(id);
+    let s = p.read(&native).await.unwrap();
+    let RunState::InputRequired { requests, .. } = &s.state else {
+        panic!("{s:?}")
+    };
+    assert_eq!(
+        requests["environment-161088068"].message,
+        "Approve deployment to staging?"
+    );
+    let decline = InputResponse {
+        action: InputAction::Decline,
+        content: None,
+    };
+    p.answer(&native, "environment-161088068", &decline)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.reviews(),
+        [
+            json!({"environment_ids": [161_088_068], "state": "rejected", "comment": "Rejected through taskgate"})
+        ]
+    );
+    let s = p.read(&native).await.unwrap();
+    assert!(
+        matches!(s.state, RunState::Completed(ref o) if o.is_error),
+        "{s:?}"
+    );
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn without_approval_settings_a_protected_environment_just_waits() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    assert!(!p.capabilities().input);
+    let native = p
+        .start(request("tg-wait", json!({"version": "9"})))
+        .await
+        .unwrap();
+    d.wait_on_environment(run_id(&native));
+    let s = p.read(&native).await.unwrap();
+    assert!(working_message(&s).contains("reviewer on GitHub"), "{s:?}");
+    let accept = InputResponse {
+        action: InputAction::Accept,
+        content: None,
+    };
+    assert!(matches!(
+        p.answer(&native, "environment-161088068", &accept)
+            .await
+            .unwrap_err(),
+        EngineError::Unsupported { .. }
+    ));
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn rate_limits_are_retryable_and_raise_the_poll_hint() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let native = p
+        .start(request("tg-rate", json!({"version": "10"})))
+        .await
+        .unwrap();
+
+    d.throttle_next(Throttle::Secondary { retry_after: 30 });
+    let err = p.read(&native).await.unwrap_err();
+    assert!(matches!(err, EngineError::Throttled { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(30)));
+
+    for status in [403, 429] {
+        d.throttle_next(Throttle::Primary {
+            status,
+            reset_in: 600,
+        });
+        let err = p.read(&native).await.unwrap_err();
+        let wait = err.retry_after().unwrap();
+        assert!(err.is_retryable(), "{status}");
+        assert!(
+            wait > Duration::from_secs(590) && wait <= Duration::from_secs(600),
+            "{wait:?}"
+        );
+    }
+
+    // A throttled dispatch is an error to retry, never a failed run.
+    d.throttle_next(Throttle::Secondary { retry_after: 5 });
+    let err = p
+        .start(request("tg-rate-2", json!({"version": "11"})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(5)));
+
+    // Plenty of budget: no hint. A low budget: a longer interval.
+    assert_eq!(p.read(&native).await.unwrap().poll_hint, None);
+    d.set_budget(100, 1800);
+    let hint = p.read(&native).await.unwrap().poll_hint.unwrap();
+    assert!(hint >= Duration::from_secs(17), "{hint:?}");
+    d.set_budget(1, 900);
+    let hint = p.read(&native).await.unwrap().poll_hint.unwrap();
+    assert!(hint >= Duration::from_secs(890), "{hint:?}");
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn a_restarted_server_reads_the_same_reference_to_the_end() {
+    let d = Double::start().await;
+    let native = {
+        let p = pipeline(&d, json!({})).await;
+        p.start(request("tg-restart", json!({"version": "12"})))
+            .await
+            .unwrap()
+    };
+    // A new engine, a new pipeline, nothing carried over but the reference.
+    let p = pipeline(&d, json!({})).await;
+    let id = run_id(&native);
+    let mut seen = Vec::new();
+    for (status, conclusion) in [
+        ("queued", None),
+        ("in_progress", None),
+        ("completed", Some("success")),
+    ] {
+        d.set_run(id, status, conclusion);
+        let s = p.read(&native).await.unwrap();
+        seen.push(s.state.is_terminal());
+    }
+    assert_eq!(seen, [false, false, true]);
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn refused_inputs_and_unknown_runs() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let err = p
+        .start(request("tg-bad", json!({"nope": "x"})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EngineError::InvalidInput { ref message } if message.contains("Unexpected inputs")),
+        "{err:?}"
+    );
+    let err = p
+        .start(request(
+            "tg-bad",
+            json!({"taskgate_run": "x", "version": "1"}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::InvalidInput { .. }), "{err:?}");
+    assert!(matches!(
+        p.read(&format!("{OWNER}/{REPO}/1")).await.unwrap_err(),
+        EngineError::NotFound
+    ));
+    assert!(matches!(
+        p.read(&"garbage".to_owned()).await.unwrap_err(),
+        EngineError::NotFound
+    ));
+    assert!(matches!(
+        p.cancel(&format!("{OWNER}/{REPO}/1")).await.unwrap_err(),
+        EngineError::NotFound
+    ));
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn check_reads_the_workflow_file_and_suggests_a_schema() {
+    let d = Double::start().await;
+    let e = engine(&d).await;
+    let findings = e.probe().await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("accepts the credentials")),
+        "{findings:?}"
+    );
+    let p = pipeline(&d, json!({})).await;
+    let findings = p.check().await.unwrap();
+    let all = findings.join("\n");
+    assert!(
+        all.contains("(.github/workflows/deploy.yml) is active"),
+        "{all}"
+    );
+    assert!(all.contains("declared inputs"), "{all}");
+    assert!(all.contains("suggested input_schema"), "{all}");
+    assert!(!all.contains("does not declare"), "{all}");
+    assert_eq!(
+        d.lines(),
+        [
+            "GET /rate_limit".to_owned(),
+            "GET /repos/octo-org/octo-repo/actions/workflows/deploy.yml".to_owned(),
+            "GET /repos/octo-org/octo-repo/contents/.github/workflows/deploy.yml".to_owned(),
+        ]
+    );
+    // The suggested schema matches the workflow the double serves.
+    let schema = taskgate_github::suggest_input_schema(WORKFLOW_YAML).unwrap();
+    assert_eq!(schema["required"], json!(["version"]));
+    assert!(taskgate_github::compare_inputs(&schema, WORKFLOW_YAML).is_empty());
+    d.assert_clean();
+}
