@@ -192,10 +192,8 @@ impl SfnClient {
                         name: d.name().to_owned(),
                     }
                 }),
-                state_exited_event_details: e.state_exited_event_details().map(|d| {
-                    StateDetails {
-                        name: d.name().to_owned(),
-                    }
+                state_exited_event_details: e.state_exited_event_details().map(|d| StateDetails {
+                    name: d.name().to_owned(),
                 }),
                 task_scheduled_event_details: e.task_scheduled_event_details().map(|d| {
                     TaskScheduled {
@@ -275,10 +273,7 @@ impl SfnClient {
     /// # Errors
     ///
     /// [`EngineError::NotFound`] for `StateMachineDoesNotExist`; see [`map_error`].
-    pub async fn describe_state_machine(
-        &self,
-        arn: &str,
-    ) -> Result<StateMachineInfo, EngineError> {
+    pub async fn describe_state_machine(&self, arn: &str) -> Result<StateMachineInfo, EngineError> {
         let out = self
             .inner
             .describe_state_machine()
@@ -410,9 +405,7 @@ where
         };
     }
     match code.as_deref() {
-        Some("ExecutionDoesNotExist" | "StateMachineDoesNotExist") => {
-            return EngineError::NotFound
-        }
+        Some("ExecutionDoesNotExist" | "StateMachineDoesNotExist") => return EngineError::NotFound,
         // Never echo the service's message here: it may quote the token.
         Some("InvalidToken" | "TaskTimedOut" | "TaskDoesNotExist") => {
             return EngineError::Conflict {
@@ -423,11 +416,14 @@ where
             }
         }
         Some(
-            "InvalidArn" | "InvalidName" | "InvalidExecutionInput" | "InvalidOutput"
-            | "ValidationException" | "StateMachineDeleting" | "StateMachineTypeNotSupported",
-        ) => {
-            return EngineError::InvalidInput { message: message() }
-        }
+            "InvalidArn"
+            | "InvalidName"
+            | "InvalidExecutionInput"
+            | "InvalidOutput"
+            | "ValidationException"
+            | "StateMachineDeleting"
+            | "StateMachineTypeNotSupported",
+        ) => return EngineError::InvalidInput { message: message() },
         _ => {}
     }
     match &err {
@@ -449,5 +445,83 @@ where
             message: message(),
             source: Some(Box::new(err)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_sfn::error::ErrorMetadata;
+    use aws_sdk_sfn::operation::describe_execution::DescribeExecutionError;
+    use aws_smithy_types::body::SdkBody;
+
+    fn service_error(
+        status: u16,
+        code: &str,
+        headers: &[(&'static str, &'static str)],
+    ) -> SdkError<DescribeExecutionError, HttpResponse> {
+        let mut raw = HttpResponse::new(status.try_into().unwrap(), SdkBody::from("{}"));
+        for (k, v) in headers {
+            raw.headers_mut().insert(*k, *v);
+        }
+        let meta = ErrorMetadata::builder()
+            .code(code)
+            .message("the service said no")
+            .build();
+        SdkError::service_error(DescribeExecutionError::generic(meta), raw)
+    }
+
+    #[test]
+    fn upstream_errors_map_to_engine_errors() {
+        let action = "states:DescribeExecution";
+        let throttled = map_error(action, service_error(400, "ThrottlingException", &[]));
+        assert!(
+            matches!(&throttled, EngineError::Throttled { retry_after: Some(d), .. } if *d == DEFAULT_RETRY_AFTER),
+            "{throttled:?}"
+        );
+        let told = map_error(
+            action,
+            service_error(429, "Whatever", &[("retry-after", "7")]),
+        );
+        assert_eq!(told.retry_after(), Some(Duration::from_secs(7)));
+        assert!(matches!(
+            map_error(action, service_error(400, "ExecutionLimitExceeded", &[])),
+            EngineError::Throttled { .. }
+        ));
+        for code in ["AccessDeniedException", "UnrecognizedClientException"] {
+            let e = map_error(action, service_error(400, code, &[]));
+            assert!(
+                matches!(&e, EngineError::PermissionDenied { action: a, .. } if a == action),
+                "{e:?}"
+            );
+        }
+        let e = map_error(action, service_error(403, "Forbidden", &[]));
+        assert!(matches!(e, EngineError::PermissionDenied { .. }), "{e:?}");
+        assert!(matches!(
+            map_error(action, service_error(400, "KmsAccessDeniedException", &[])),
+            EngineError::PermissionDenied { action, .. } if action == "kms:Decrypt"
+        ));
+        assert!(matches!(
+            map_error(action, service_error(400, "ExecutionDoesNotExist", &[])),
+            EngineError::NotFound
+        ));
+        for code in ["InvalidToken", "TaskTimedOut", "TaskDoesNotExist"] {
+            let e = map_error(action, service_error(400, code, &[]));
+            let EngineError::Conflict { message } = &e else {
+                panic!("{e:?}")
+            };
+            assert!(message.contains(code) && !message.contains("the service said no"));
+        }
+        assert!(matches!(
+            map_error(action, service_error(400, "InvalidExecutionInput", &[])),
+            EngineError::InvalidInput { .. }
+        ));
+        let e = map_error(action, service_error(503, "ServiceUnavailable", &[]));
+        assert!(
+            matches!(e, EngineError::Unavailable { .. }) && e.is_retryable(),
+            "{e:?}"
+        );
+        let e = map_error(action, service_error(400, "SomethingNew", &[]));
+        assert!(matches!(e, EngineError::Internal { .. }), "{e:?}");
     }
 }

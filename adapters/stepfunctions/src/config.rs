@@ -60,7 +60,10 @@ impl EngineSettings {
         if !is_region(&self.region) {
             return Err(ConfigError::new(
                 "region",
-                format!("{:?} is not an AWS region name (such as \"us-east-1\")", self.region),
+                format!(
+                    "{:?} is not an AWS region name (such as \"us-east-1\")",
+                    self.region
+                ),
             ));
         }
         if let Some(url) = &self.endpoint_url {
@@ -109,7 +112,10 @@ impl EngineSettings {
         }
         if let Some(id) = &self.external_id {
             if id.len() < 2 || id.len() > 1224 {
-                return Err(ConfigError::new("external_id", "must be 2 to 1224 characters"));
+                return Err(ConfigError::new(
+                    "external_id",
+                    "must be 2 to 1224 characters",
+                ));
             }
         }
         if let Some(name) = &self.session_name {
@@ -312,7 +318,10 @@ impl ToolTarget {
                 ));
             }
             if step.message.trim().is_empty() {
-                return Err(ConfigError::new("target.human_step.message", "must not be empty"));
+                return Err(ConfigError::new(
+                    "target.human_step.message",
+                    "must not be empty",
+                ));
             }
             let is_object_schema = step
                 .schema
@@ -355,10 +364,22 @@ mod tests {
             (json!({"region": "us-east-1", "regoin": "x"}), "regoin"),
             (json!({}), "region"),
             (json!({"region": "US East"}), "region"),
-            (json!({"region": "us-east-1", "endpoint_url": "localhost:5005"}), "endpoint_url"),
-            (json!({"region": "us-east-1", "assume_role_arn": "role/x"}), "assume_role_arn"),
-            (json!({"region": "us-east-1", "external_id": "abc"}), "external_id"),
-            (json!({"region": "us-east-1", "session_name": "abc"}), "session_name"),
+            (
+                json!({"region": "us-east-1", "endpoint_url": "localhost:5005"}),
+                "endpoint_url",
+            ),
+            (
+                json!({"region": "us-east-1", "assume_role_arn": "role/x"}),
+                "assume_role_arn",
+            ),
+            (
+                json!({"region": "us-east-1", "external_id": "abc"}),
+                "external_id",
+            ),
+            (
+                json!({"region": "us-east-1", "session_name": "abc"}),
+                "session_name",
+            ),
             (
                 json!({"region": "us-east-1", "assume_role_arn": "arn:aws:iam::123456789012:role/r", "session_name": "a b"}),
                 "session_name",
@@ -396,7 +417,10 @@ mod tests {
             ),
         ];
         for (sm, exec) in cases {
-            assert_eq!(StateMachineArn::parse(sm).unwrap().execution_arn("tg-abc"), exec);
+            assert_eq!(
+                StateMachineArn::parse(sm).unwrap().execution_arn("tg-abc"),
+                exec
+            );
         }
         for bad in [
             "arn:aws:states:us-east-1:123456789012:activity:A",
@@ -425,7 +449,10 @@ mod tests {
         );
         let mut bad = ok.clone();
         bad.human_step.as_mut().unwrap().schema = json!({"type": "string"});
-        assert_eq!(bad.validate("us-east-1").unwrap_err().key, "target.human_step.schema");
+        assert_eq!(
+            bad.validate("us-east-1").unwrap_err().key,
+            "target.human_step.schema"
+        );
         let mut bad = ok.clone();
         bad.human_step.as_mut().unwrap().token_pointer = Some("MessageBody".into());
         assert_eq!(
@@ -434,6 +461,9 @@ mod tests {
         );
         let mut bad = ok;
         bad.input_key = Some(String::new());
-        assert_eq!(bad.validate("us-east-1").unwrap_err().key, "target.input_key");
+        assert_eq!(
+            bad.validate("us-east-1").unwrap_err().key,
+            "target.input_key"
+        );
     }
 }

@@ -20,15 +20,14 @@ use taskgate_engine::{
 };
 
 pub use client::{
-    map_error, ClientOptions, SfnClient, StateMachineInfo, Started, ATTEMPT_TIMEOUT,
+    map_error, ClientOptions, SfnClient, Started, StateMachineInfo, ATTEMPT_TIMEOUT,
     CONNECT_TIMEOUT, DEFAULT_RETRY_AFTER, HISTORY_PAGE, MAX_ATTEMPTS, OPERATION_TIMEOUT,
 };
 pub use config::{EngineSettings, HumanStep, StateMachineArn, ToolTarget};
 pub use translate::{
     current_state, epoch_seconds, execution_input, find_token, parse_request_key,
-    pending_human_task, request_key, run_state, same_input, snapshot, Execution,
-    HistoryEvent, HistoryPage, PendingHumanTask, StateDetails, TaskScheduled, TaskToken,
-    DECLINED_ERROR,
+    pending_human_task, request_key, run_state, same_input, snapshot, Execution, HistoryEvent,
+    HistoryPage, PendingHumanTask, StateDetails, TaskScheduled, TaskToken, DECLINED_ERROR,
 };
 
 /// The engine kind written in `[engines.NAME]`.
@@ -132,7 +131,11 @@ impl Pipeline for SfnPipeline {
         let input = execution_input(&request.arguments, self.target.input_key.as_deref());
         let started = self
             .client
-            .start_execution(&self.target.state_machine_arn, &request.run_name, input.clone())
+            .start_execution(
+                &self.target.state_machine_arn,
+                &request.run_name,
+                input.clone(),
+            )
             .await?;
         match started {
             Started::Execution(arn) => {
@@ -362,7 +365,10 @@ mod tests {
 
     #[tokio::test]
     async fn build_validates_and_bind_checks_targets() {
-        let err = build(json!({"region": "us-east-1", "bogus": 1})).await.err().unwrap();
+        let err = build(json!({"region": "us-east-1", "bogus": 1}))
+            .await
+            .err()
+            .unwrap();
         assert_eq!(err.key, "bogus");
         let engine = build(json!({"region": "us-east-1", "endpoint_url": "http://127.0.0.1:1"}))
             .await
@@ -387,6 +393,9 @@ mod tests {
         // A reference to another state machine's execution is not found, without
         // asking upstream (the endpoint above does not answer).
         let foreign = "arn:aws:states:us-east-1:123456789012:execution:B:tg-x".to_owned();
-        assert!(matches!(pipeline.read(&foreign).await, Err(EngineError::NotFound)));
+        assert!(matches!(
+            pipeline.read(&foreign).await,
+            Err(EngineError::NotFound)
+        ));
     }
 }

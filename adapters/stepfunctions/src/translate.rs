@@ -234,7 +234,11 @@ pub fn pending_human_task(page: &HistoryPage, state: &str) -> Option<PendingHuma
         e.id > scheduled.id
             && matches!(
                 e.kind.as_str(),
-                "TaskSucceeded" | "TaskFailed" | "TaskTimedOut" | "TaskStartFailed" | "TaskSubmitFailed"
+                "TaskSucceeded"
+                    | "TaskFailed"
+                    | "TaskTimedOut"
+                    | "TaskStartFailed"
+                    | "TaskSubmitFailed"
             )
             && descends(e, scheduled.id)
     });
@@ -244,7 +248,10 @@ pub fn pending_human_task(page: &HistoryPage, state: &str) -> Option<PendingHuma
     Some(PendingHumanTask {
         key: request_key(state, scheduled.id),
         scheduled_id: scheduled.id,
-        scheduled: scheduled.task_scheduled_event_details.clone().unwrap_or_default(),
+        scheduled: scheduled
+            .task_scheduled_event_details
+            .clone()
+            .unwrap_or_default(),
     })
 }
 
@@ -328,15 +335,17 @@ fn search_token(value: &Value, depth: usize) -> Option<String> {
 /// Seconds since the epoch as a time.
 #[must_use]
 pub fn epoch_seconds(seconds: f64) -> Option<SystemTime> {
-    (seconds.is_finite() && seconds >= 0.0)
-        .then(|| UNIX_EPOCH + Duration::from_secs_f64(seconds))
+    (seconds.is_finite() && seconds >= 0.0).then(|| UNIX_EPOCH + Duration::from_secs_f64(seconds))
 }
 
 /// True when two execution inputs (JSON text) are the same JSON value (Step
 /// Functions may reformat the text).
 #[must_use]
 pub fn same_input(a: &str, b: &str) -> bool {
-    match (serde_json::from_str::<Value>(a), serde_json::from_str::<Value>(b)) {
+    match (
+        serde_json::from_str::<Value>(a),
+        serde_json::from_str::<Value>(b),
+    ) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
     }
@@ -437,7 +446,9 @@ pub fn run_state(
             }),
         },
         other => RunState::Failed {
-            message: format!("Step Functions reported an execution status taskgate does not know: {other:?}"),
+            message: format!(
+                "Step Functions reported an execution status taskgate does not know: {other:?}"
+            ),
         },
     }
 }
@@ -505,67 +516,122 @@ mod tests {
         // (describe fixture, history fixture, human step?, expected)
         type Check = fn(&RunState);
         let table: Vec<(&str, Option<&str>, bool, Check)> = vec![
-            ("describe_running.json", Some("history_in_wait.json"), false, |s| {
-                assert_eq!(s, &RunState::working("running: in state Pause"));
-            }),
+            (
+                "describe_running.json",
+                Some("history_in_wait.json"),
+                false,
+                |s| {
+                    assert_eq!(s, &RunState::working("running: in state Pause"));
+                },
+            ),
             ("describe_running.json", None, false, |s| {
                 assert_eq!(s, &RunState::working("running"));
             }),
-            ("describe_succeeded.json", Some("history_succeeded.json"), false, |s| {
-                let RunState::Completed(out) = s else { panic!("{s:?}") };
-                assert!(!out.is_error);
-                assert_eq!(
-                    out.structured,
-                    Some(json!({"dataset": "d1", "prep": {"prepared": true}}))
-                );
-                let text: Value = serde_json::from_str(text_of(out)).unwrap();
-                assert_eq!(Some(text), out.structured);
-            }),
+            (
+                "describe_succeeded.json",
+                Some("history_succeeded.json"),
+                false,
+                |s| {
+                    let RunState::Completed(out) = s else {
+                        panic!("{s:?}")
+                    };
+                    assert!(!out.is_error);
+                    assert_eq!(
+                        out.structured,
+                        Some(json!({"dataset": "d1", "prep": {"prepared": true}}))
+                    );
+                    let text: Value = serde_json::from_str(text_of(out)).unwrap();
+                    assert_eq!(Some(text), out.structured);
+                },
+            ),
             ("describe_succeeded_scalar.json", None, false, |s| {
                 // moto hands back a Pass state's string result without JSON quoting.
                 assert_eq!(s, &RunState::Completed(ToolOutput::text("just text")));
             }),
-            ("describe_failed.json", Some("history_failed.json"), false, |s| {
-                let RunState::Completed(out) = s else { panic!("{s:?}") };
-                assert!(out.is_error);
-                assert_eq!(
-                    out.structured,
-                    Some(json!({"error": "Dataset.Missing", "cause": "no dataset named d1"}))
-                );
-                assert_eq!(
+            (
+                "describe_failed.json",
+                Some("history_failed.json"),
+                false,
+                |s| {
+                    let RunState::Completed(out) = s else {
+                        panic!("{s:?}")
+                    };
+                    assert!(out.is_error);
+                    assert_eq!(
+                        out.structured,
+                        Some(json!({"error": "Dataset.Missing", "cause": "no dataset named d1"}))
+                    );
+                    assert_eq!(
                     text_of(out),
                     "The Step Functions execution failed with error Dataset.Missing: no dataset named d1."
                 );
-            }),
+                },
+            ),
             ("describe_timed_out_moto.json", None, false, |s| {
-                let RunState::Completed(out) = s else { panic!("{s:?}") };
+                let RunState::Completed(out) = s else {
+                    panic!("{s:?}")
+                };
                 assert!(out.is_error);
                 assert_eq!(out.structured, Some(json!({"error": "States.Timeout"})));
             }),
-            ("describe_aborted.json", Some("history_aborted.json"), false, |s| {
-                assert!(matches!(s, RunState::Cancelled { .. }), "{s:?}");
-            }),
-            ("describe_human_waiting.json", Some("history_human_waiting.json"), true, |s| {
-                let RunState::InputRequired { requests, .. } = s else { panic!("{s:?}") };
-                let (key, request) = requests.iter().next().unwrap();
-                assert_eq!(key, "Approve#5");
-                assert_eq!(request.message, "Approve the dataset?");
-                assert_eq!(request.requested_schema["type"], "object");
-            }),
-            ("describe_human_waiting.json", Some("history_human_waiting.json"), false, |s| {
-                // Without a declared human step it is just a running task.
-                assert_eq!(s, &RunState::working("running: in state Approve"));
-            }),
-            ("describe_human_accepted.json", Some("history_human_accepted.json"), true, |s| {
-                let RunState::Completed(out) = s else { panic!("{s:?}") };
-                assert!(!out.is_error);
-                assert_eq!(out.structured.as_ref().unwrap()["approval"], json!({"approved": true, "note": "ok"}));
-            }),
-            ("describe_human_declined.json", Some("history_human_declined.json"), true, |s| {
-                let RunState::Completed(out) = s else { panic!("{s:?}") };
-                assert!(out.is_error);
-                assert_eq!(out.structured.as_ref().unwrap()["error"], DECLINED_ERROR);
-            }),
+            (
+                "describe_aborted.json",
+                Some("history_aborted.json"),
+                false,
+                |s| {
+                    assert!(matches!(s, RunState::Cancelled { .. }), "{s:?}");
+                },
+            ),
+            (
+                "describe_human_waiting.json",
+                Some("history_human_waiting.json"),
+                true,
+                |s| {
+                    let RunState::InputRequired { requests, .. } = s else {
+                        panic!("{s:?}")
+                    };
+                    let (key, request) = requests.iter().next().unwrap();
+                    assert_eq!(key, "Approve#5");
+                    assert_eq!(request.message, "Approve the dataset?");
+                    assert_eq!(request.requested_schema["type"], "object");
+                },
+            ),
+            (
+                "describe_human_waiting.json",
+                Some("history_human_waiting.json"),
+                false,
+                |s| {
+                    // Without a declared human step it is just a running task.
+                    assert_eq!(s, &RunState::working("running: in state Approve"));
+                },
+            ),
+            (
+                "describe_human_accepted.json",
+                Some("history_human_accepted.json"),
+                true,
+                |s| {
+                    let RunState::Completed(out) = s else {
+                        panic!("{s:?}")
+                    };
+                    assert!(!out.is_error);
+                    assert_eq!(
+                        out.structured.as_ref().unwrap()["approval"],
+                        json!({"approved": true, "note": "ok"})
+                    );
+                },
+            ),
+            (
+                "describe_human_declined.json",
+                Some("history_human_declined.json"),
+                true,
+                |s| {
+                    let RunState::Completed(out) = s else {
+                        panic!("{s:?}")
+                    };
+                    assert!(out.is_error);
+                    assert_eq!(out.structured.as_ref().unwrap()["error"], DECLINED_ERROR);
+                },
+            ),
         ];
         let step = human();
         for (describe, history, with_human, check) in table {
@@ -587,8 +653,13 @@ mod tests {
             run_state(&e("PENDING_REDRIVE"), None, None),
             RunState::working("failed; a redrive is pending")
         );
-        assert!(matches!(run_state(&e("EXPLODED"), None, None), RunState::Failed { .. }));
-        let RunState::Completed(out) = run_state(&e("SUCCEEDED"), None, None) else { panic!() };
+        assert!(matches!(
+            run_state(&e("EXPLODED"), None, None),
+            RunState::Failed { .. }
+        ));
+        let RunState::Completed(out) = run_state(&e("SUCCEEDED"), None, None) else {
+            panic!()
+        };
         assert!(!out.is_error && out.structured.is_none());
         let timed_out = Execution {
             status: "TIMED_OUT".into(),
@@ -596,9 +667,14 @@ mod tests {
             cause: Some("The execution timed out after 300 seconds".into()),
             ..Execution::default()
         };
-        let RunState::Completed(out) = run_state(&timed_out, None, None) else { panic!() };
+        let RunState::Completed(out) = run_state(&timed_out, None, None) else {
+            panic!()
+        };
         assert!(out.is_error);
-        assert_eq!(out.structured.unwrap()["cause"], "The execution timed out after 300 seconds");
+        assert_eq!(
+            out.structured.unwrap()["cause"],
+            "The execution timed out after 300 seconds"
+        );
     }
 
     #[test]
@@ -622,7 +698,8 @@ mod tests {
         let task = pending_human_task(&page, "Approve").unwrap();
         assert_eq!(task.scheduled_id, 5);
         let token = find_token(&task.scheduled.parameters, None).unwrap();
-        let by_pointer = find_token(&task.scheduled.parameters, Some("/MessageBody/taskToken")).unwrap();
+        let by_pointer =
+            find_token(&task.scheduled.parameters, Some("/MessageBody/taskToken")).unwrap();
         assert_eq!(token, by_pointer);
         assert!(!token.0.is_empty());
         assert!(!format!("{task:?}").contains(&token.0));
@@ -633,21 +710,45 @@ mod tests {
     #[test]
     fn tokens_are_found_where_integrations_put_them() {
         let cases = [
-            (json!({"MessageBody": {"taskToken": "t1"}}), None, Some("t1")),
-            (json!({"MessageBody": "{\"TaskToken\":\"t2\",\"x\":1}"}), None, Some("t2")),
+            (
+                json!({"MessageBody": {"taskToken": "t1"}}),
+                None,
+                Some("t1"),
+            ),
+            (
+                json!({"MessageBody": "{\"TaskToken\":\"t2\",\"x\":1}"}),
+                None,
+                Some("t2"),
+            ),
             (
                 json!({"MessageBody": "hi", "MessageAttributes": {"TaskToken": {"DataType": "String", "StringValue": "t3"}}}),
                 None,
                 Some("t3"),
             ),
-            (json!({"Payload": {"deep": [{"token": "t4"}]}}), None, Some("t4")),
-            (json!({"MessageBody": "{\"approval\":{\"tok\":\"t5\"}}"}), Some("/MessageBody/approval/tok"), Some("t5")),
+            (
+                json!({"Payload": {"deep": [{"token": "t4"}]}}),
+                None,
+                Some("t4"),
+            ),
+            (
+                json!({"MessageBody": "{\"approval\":{\"tok\":\"t5\"}}"}),
+                Some("/MessageBody/approval/tok"),
+                Some("t5"),
+            ),
             (json!({"MessageBody": {"x": 1}}), None, None),
-            (json!({"MessageBody": {"taskToken": "t6"}}), Some("/MessageBody/other"), None),
+            (
+                json!({"MessageBody": {"taskToken": "t6"}}),
+                Some("/MessageBody/other"),
+                None,
+            ),
         ];
         for (params, pointer, want) in cases {
             let got = find_token(&params.to_string(), pointer);
-            assert_eq!(got.map(|t| t.0), want.map(str::to_owned), "{params} {pointer:?}");
+            assert_eq!(
+                got.map(|t| t.0),
+                want.map(str::to_owned),
+                "{params} {pointer:?}"
+            );
         }
     }
 
@@ -663,7 +764,10 @@ mod tests {
         let mut reversed = waiting.clone();
         reversed.events.reverse();
         reversed.next_token = Some("more".into());
-        assert_eq!(pending_human_task(&reversed, "Approve").unwrap().key, "Approve#5");
+        assert_eq!(
+            pending_human_task(&reversed, "Approve").unwrap().key,
+            "Approve#5"
+        );
         // The oldest page of a long history says nothing about now.
         let mut oldest = waiting;
         oldest.next_token = Some("more".into());
@@ -703,7 +807,10 @@ mod tests {
         };
         let task = pending_human_task(&page, "Approve").unwrap();
         assert_eq!(task.key, "Approve#7");
-        assert_eq!(find_token(&task.scheduled.parameters, None).unwrap().0, "tok7");
+        assert_eq!(
+            find_token(&task.scheduled.parameters, None).unwrap().0,
+            "tok7"
+        );
         assert_eq!(parse_request_key(&task.key), Some(("Approve", 7)));
         assert_eq!(parse_request_key("Approve"), None);
     }
@@ -712,9 +819,18 @@ mod tests {
     fn inputs_are_built_and_compared_as_json() {
         let args = json!({"dataset": "d1"});
         assert_eq!(execution_input(&args, None), r#"{"dataset":"d1"}"#);
-        assert_eq!(execution_input(&args, Some("args")), r#"{"args":{"dataset":"d1"}}"#);
+        assert_eq!(
+            execution_input(&args, Some("args")),
+            r#"{"args":{"dataset":"d1"}}"#
+        );
         let running: Execution = fixture("describe_running.json");
-        assert!(same_input(running.input.as_deref().unwrap(), r#"{"dataset":"d1"}"#));
-        assert!(!same_input(running.input.as_deref().unwrap(), r#"{"dataset":"d2"}"#));
+        assert!(same_input(
+            running.input.as_deref().unwrap(),
+            r#"{"dataset":"d1"}"#
+        ));
+        assert!(!same_input(
+            running.input.as_deref().unwrap(),
+            r#"{"dataset":"d2"}"#
+        ));
     }
 }
