@@ -451,6 +451,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_target_validates() {
+        // tools[0].target of config.example.toml.snippet, as JSON.
+        let t = target(json!({"owner": "octo-org", "repo": "octo-repo", "workflow": "deploy.yml", "ref": "main", "correlate": "always", "environment_approval": {"message": "Approve deployment to {environment}?", "schema": {"type": "object", "properties": {"comment": {"type": "string", "description": "Review comment"}}}}}))
+            .unwrap();
+        assert_eq!(t.correlate, Correlate::Always);
+        assert!(t.approval.is_some());
+    }
+
+    #[test]
     fn targets_are_checked() {
         let t = target(json!({"owner": "octo-org", "repo": "octo.repo", "workflow": "deploy.yml", "ref": "main"}))
             .unwrap();

@@ -595,3 +595,68 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
     assert!(taskgate_github::compare_inputs(&schema, WORKFLOW_YAML).is_empty());
     d.assert_clean();
 }
+
+/// A fresh RSA key as PEM (PKCS#8), for GitHub App authentication.
+fn app_key_file() -> std::path::PathBuf {
+    use aws_lc_rs::encoding::AsDer;
+    use base64::Engine as _;
+    let key = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
+    let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&key).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let pem = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        lines.join("\n")
+    );
+    let n = FILES.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "taskgate-github-test-{}-{n}.pem",
+        std::process::id()
+    ));
+    std::fs::write(&path, pem).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_github_app_installation_mints_its_token_once() {
+    let d = Double::start().await;
+    let e = taskgate_github::build(json!({
+        "app_id": double::APP_ID.parse::<u64>().unwrap(),
+        "installation_id": double::INSTALLATION_ID.parse::<u64>().unwrap(),
+        "private_key_file": app_key_file(),
+        "base_url": d.url,
+    }))
+    .await
+    .unwrap();
+    // Building made no request.
+    assert!(d.lines().is_empty());
+    let p = e
+        .bind(&ToolDecl {
+            name: "deploy".into(),
+            target: target(json!({})),
+            keep_alive: None,
+        })
+        .unwrap();
+    let native = p
+        .start(request("tg-app", json!({"version": "13"})))
+        .await
+        .unwrap();
+    p.read(&native).await.unwrap();
+    assert_eq!(d.token_exchanges(), 1);
+    assert_eq!(
+        d.lines(),
+        [
+            format!(
+                "POST /app/installations/{}/access_tokens",
+                double::INSTALLATION_ID
+            ),
+            DISPATCH.to_owned(),
+            format!("GET {RUNS}/{}", run_id(&native)),
+        ]
+    );
+    d.assert_clean();
+}

@@ -22,6 +22,8 @@ pub const REPO: &str = "octo-repo";
 pub const WORKFLOW: &str = "deploy.yml";
 pub const REF: &str = "main";
 pub const TOKEN: &str = "github_pat_test_0123456789";
+pub const APP_ID: &str = "424242";
+pub const INSTALLATION_ID: &str = "777";
 
 pub const WORKFLOW_YAML: &str = r#"name: Deploy
 run-name: "deploy ${{ inputs.taskgate_run }}"
@@ -110,6 +112,7 @@ struct State {
     reset: u64,
     throttle: Option<Throttle>,
     reviews: Vec<Value>,
+    token_exchanges: u32,
 }
 
 /// The double: a server on 127.0.0.1 and its shared state.
@@ -225,6 +228,11 @@ impl Double {
         self.with(|s| s.runs[&id].clone())
     }
 
+    /// How many GitHub App installation tokens were minted.
+    pub fn token_exchanges(&self) -> u32 {
+        self.with(|s| s.token_exchanges)
+    }
+
     /// Panics with every violation recorded.
     pub fn assert_clean(&self) {
         let v = self.with(|s| s.violations.clone());
@@ -283,6 +291,48 @@ fn handle(
         query: query.clone(),
         body: parsed_body.clone(),
     });
+
+    // The GitHub App token exchange: a JWT signed by the App's key, answered with
+    // an installation token (the one every later request must carry).
+    if method == Method::POST && path.starts_with("/app/installations/") {
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let jwt = auth.strip_prefix("Bearer ").unwrap_or("");
+        let claims = jwt
+            .split('.')
+            .nth(1)
+            .and_then(|c| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(c)
+                    .ok()
+            })
+            .and_then(|c| serde_json::from_slice::<Value>(&c).ok());
+        let app = claims.as_ref().and_then(|c| {
+            c["iss"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| c["iss"].as_u64().map(|n| n.to_string()))
+        });
+        if jwt.split('.').count() != 3 || app.as_deref() != Some(APP_ID) {
+            s.violations.push(format!(
+                "POST {path}: not a JWT of app {APP_ID}: {claims:?}"
+            ));
+        }
+        if path != format!("/app/installations/{INSTALLATION_ID}/access_tokens") {
+            s.violations
+                .push(format!("POST {path}: another installation"));
+        }
+        s.token_exchanges += 1;
+        return (
+            StatusCode::CREATED,
+            [("content-type", "application/json; charset=utf-8")],
+            json!({"token": TOKEN, "expires_at": iso(now() + 3600), "permissions": {"actions": "write"}})
+                .to_string(),
+        )
+            .into_response();
+    }
 
     // Headers every request must carry.
     let expect = [
