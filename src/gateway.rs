@@ -314,9 +314,9 @@ impl Gateway {
     /// # Errors
     ///
     /// [`RpcError::NotFound`] when the engine no longer has it; engine errors.
-    pub async fn read(&self, tool: &Tool, claims: &TaskClaims, not_found: &str) -> Result<Snapshot, RpcError> {
+    pub async fn read(&self, tool: &Tool, native: &str, not_found: &str) -> Result<Snapshot, RpcError> {
         tool.pipeline
-            .read(&claims.native)
+            .read(&native.to_owned())
             .await
             .map_err(|e| not_found_as(e, not_found))
     }
@@ -331,13 +331,13 @@ impl Gateway {
     pub async fn wait(
         &self,
         tool: &Tool,
-        claims: &TaskClaims,
+        native: &str,
         limit: Duration,
         not_found: &str,
         mut on_change: impl FnMut(&Snapshot),
     ) -> Result<Snapshot, RpcError> {
         let deadline = Instant::now() + limit;
-        let mut snapshot = self.read(tool, claims, not_found).await?;
+        let mut snapshot = self.read(tool, native, not_found).await?;
         loop {
             on_change(&snapshot);
             let settled = snapshot.state.is_terminal()
@@ -349,7 +349,7 @@ impl Gateway {
             let step = tool.config.poll_interval.min(deadline - now);
             snapshot = tool
                 .pipeline
-                .wait_for_change(&claims.native, &snapshot, step)
+                .wait_for_change(&native.to_owned(), &snapshot, step)
                 .await
                 .map_err(|e| not_found_as(e, not_found))?;
         }
@@ -360,8 +360,8 @@ impl Gateway {
     /// # Errors
     ///
     /// As [`Gateway::read`]; cancel not supported by the engine → -32602.
-    pub async fn cancel(&self, tool: &Tool, claims: &TaskClaims, not_found: &str) -> Result<Snapshot, RpcError> {
-        let snapshot = self.read(tool, claims, not_found).await?;
+    pub async fn cancel(&self, tool: &Tool, native: &str, not_found: &str) -> Result<Snapshot, RpcError> {
+        let snapshot = self.read(tool, native, not_found).await?;
         if snapshot.state.is_terminal() {
             return Ok(snapshot);
         }
@@ -371,7 +371,7 @@ impl Gateway {
                 tool.name()
             )));
         }
-        match tool.pipeline.cancel(&claims.native).await {
+        match tool.pipeline.cancel(&native.to_owned()).await {
             Ok(()) | Err(EngineError::Conflict { .. }) => {}
             Err(e) => return Err(not_found_as(e, not_found)),
         }
@@ -389,11 +389,11 @@ impl Gateway {
     pub async fn answer(
         &self,
         tool: &Tool,
-        claims: &TaskClaims,
+        native: &str,
         responses: &Map<String, Value>,
         not_found: &str,
     ) -> Result<usize, RpcError> {
-        let snapshot = self.read(tool, claims, not_found).await?;
+        let snapshot = self.read(tool, native, not_found).await?;
         let RunState::InputRequired { requests, .. } = &snapshot.state else {
             return Ok(0);
         };
@@ -424,7 +424,7 @@ impl Gateway {
         }
         for (key, response) in &parsed {
             tool.pipeline
-                .answer(&claims.native, key, response)
+                .answer(&native.to_owned(), key, response)
                 .await
                 .map_err(|e| not_found_as(e, not_found))?;
         }

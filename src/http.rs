@@ -192,22 +192,116 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
     } else {
         None
     };
+    let wants_stream = !modern
+        && headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("text/event-stream"))
+        && matches!(message, crate::rpc::Message::Request { .. });
+    if wants_stream {
+        return streamed(gw, caller, headers, session, message).await;
+    }
     let origin = Origin {
         caller: &caller,
         headers: Some(&headers),
         session: session.as_ref(),
+        out: None,
     };
     let dispatched = server::dispatch(&gw, message, &origin).await;
+    finish(&gw, &caller, dispatched)
+}
+
+fn finish(gw: &Gateway, caller: &str, dispatched: server::Dispatched) -> Response {
     let mut response = match &dispatched.body {
         Some(body) => json_response(dispatched.status, body),
         None => StatusCode::ACCEPTED.into_response(),
     };
     if let Some(session) = dispatched.opened {
-        let id = gw.keys.seal("session", &caller, &session);
+        let id = gw.keys.seal("session", caller, &session);
         if let Ok(v) = HeaderValue::from_str(&id) {
             response.headers_mut().insert("mcp-session-id", v);
         }
     }
+    response
+}
+
+fn sse_event(message: &Value) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+/// Serves a legacy request whose client accepts SSE: plain JSON when the server
+/// has nothing to send before the response; otherwise a stream of the messages
+/// (progress, input requests) followed by the response.
+async fn streamed(
+    gw: Arc<Gateway>,
+    caller: String,
+    headers: HeaderMap,
+    session: Option<Session>,
+    message: crate::rpc::Message,
+) -> Response {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let work_gw = gw.clone();
+    let work_caller = caller.clone();
+    let mut work = Box::pin(async move {
+        let origin = Origin {
+            caller: &work_caller,
+            headers: Some(&headers),
+            session: session.as_ref(),
+            out: Some(tx),
+        };
+        server::dispatch(&work_gw, message, &origin).await
+    });
+    let first = tokio::select! {
+        dispatched = &mut work => {
+            match rx.try_recv() {
+                Err(_) => return finish(&gw, &caller, dispatched),
+                Ok(first) => {
+                    // Messages were queued just before the response: stream them all.
+                    let mut events = vec![sse_event(&first)];
+                    while let Ok(m) = rx.try_recv() {
+                        events.push(sse_event(&m));
+                    }
+                    if let Some(body) = &dispatched.body {
+                        events.push(sse_event(body));
+                    }
+                    let stream = futures::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>));
+                    return sse_response(axum::body::Body::from_stream(stream));
+                }
+            }
+        }
+        Some(first) = rx.recv() => first,
+    };
+    let stream = futures::stream::unfold(
+        (Some(work), rx, Some(first)),
+        |(work, mut rx, pending)| async move {
+            if let Some(message) = pending {
+                return Some((Ok::<_, std::convert::Infallible>(sse_event(&message)), (work, rx, None)));
+            }
+            let mut work = work?;
+            tokio::select! {
+                Some(message) = rx.recv() => Some((Ok(sse_event(&message)), (Some(work), rx, None))),
+                dispatched = &mut work => {
+                    let mut tail = Vec::new();
+                    while let Ok(m) = rx.try_recv() {
+                        tail.extend_from_slice(&sse_event(&m));
+                    }
+                    if let Some(body) = &dispatched.body {
+                        tail.extend_from_slice(&sse_event(body));
+                    }
+                    Some((Ok(Bytes::from(tail)), (None, rx, None)))
+                }
+            }
+        },
+    );
+    sse_response(axum::body::Body::from_stream(stream))
+}
+
+fn sse_response(body: axum::body::Body) -> Response {
+    let mut response = Response::new(body);
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }
 

@@ -10,11 +10,14 @@ pub mod engines;
 pub mod gateway;
 pub mod handle;
 pub mod http;
+pub mod input;
 pub mod legacy;
 pub mod modern;
+pub mod operations;
 pub mod rpc;
 pub mod server;
 pub mod stdio;
+pub mod tasks2025;
 pub mod wire;
 
 use std::path::Path;

@@ -68,7 +68,7 @@ pub async fn handle(
             tracing::Span::current().record("task", crate::gateway::short(task_id));
             match method {
                 "tasks/get" => {
-                    let snapshot = gw.read(tool, &claims, TASK_NOT_FOUND).await?;
+                    let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;
                     Ok(detailed_task(task_id, &claims, tool, &snapshot))
                 }
                 "tasks/update" => {
@@ -82,11 +82,11 @@ pub async fn handle(
                             ))
                         }
                     };
-                    gw.answer(tool, &claims, responses, TASK_NOT_FOUND).await?;
+                    gw.answer(tool, &claims.native, responses, TASK_NOT_FOUND).await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
                 _ => {
-                    gw.cancel(tool, &claims, TASK_NOT_FOUND).await?;
+                    gw.cancel(tool, &claims.native, TASK_NOT_FOUND).await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
             }
@@ -279,9 +279,9 @@ async fn call_tool(gw: &Gateway, caller: &str, params: &Value, declared: &Declar
     }
     let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
     let snapshot = gw
-        .wait(tool, &started.claims, limit, TASK_NOT_FOUND, |_| {})
+        .wait(tool, &started.claims.native, limit, TASK_NOT_FOUND, |_| {})
         .await?;
-    let mut result = crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit)?;
+    let mut result = crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
     result["resultType"] = json!("complete");
     Ok(result)
 }

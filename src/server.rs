@@ -29,6 +29,8 @@ pub struct Origin<'a> {
     pub headers: Option<&'a HeaderMap>,
     /// The legacy session this message belongs to, when known.
     pub session: Option<&'a Session>,
+    /// Where messages sent before the response go (an SSE stream, stdout).
+    pub out: Option<crate::input::Outbound>,
 }
 
 /// Handles one message.
@@ -54,7 +56,7 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
                             &assumed
                         }
                     };
-                    legacy::handle(gw, origin.caller, session, &method, &params).await
+                    legacy::handle(gw, origin.caller, session, origin.out.as_ref(), &method, &params).await
                 };
                 match outcome {
                     Ok(result) => Dispatched {
@@ -75,19 +77,38 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
             .instrument(span)
             .await
         }
-        Message::Notification { method, .. } => {
+        Message::Notification { method, params } => {
             tracing::debug!(method = %method, "notification");
+            if method == "notifications/cancelled" {
+                // SEP-1391: a cancel may name the operation by its token.
+                if let Some(token) = params
+                    .get("_operation")
+                    .and_then(|o| o.get("token"))
+                    .and_then(Value::as_str)
+                {
+                    if let Err(e) = crate::operations::cancel(gw, origin.caller, token).await {
+                        tracing::info!(error = %e, "cancel by operation token failed");
+                    }
+                }
+            }
             Dispatched {
                 body: None,
                 status: 202,
                 opened: None,
             }
         }
-        Message::Response { .. } => Dispatched {
+        Message::Response { id, result, error } => {
+            if let Err(e) =
+                crate::input::route_response(gw, origin.caller, &id, result.as_ref(), error.as_ref()).await
+            {
+                log_error(&e);
+            }
+            Dispatched {
             body: None,
             status: 202,
             opened: None,
-        },
+            }
+        }
     }
 }
 

@@ -39,6 +39,9 @@ where
     let caller = Arc::new(local_caller());
     let session: Arc<Mutex<Option<Session>>> = Arc::new(Mutex::new(None));
     let in_flight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
+    // SEP-1391 calls of this connection: request id → operation token, so a later
+    // notifications/cancelled naming the call reaches the operation.
+    let operations: Mutex<HashMap<String, String>> = Mutex::default();
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
     let writer = tokio::spawn(async move {
         while let Some(message) = rx.recv().await {
@@ -70,8 +73,29 @@ where
                     handle.abort();
                     tracing::info!(request = %key, "request cancelled by the client");
                 }
+                // SEP-1391: the request may be an operation's original call.
+                let token = operations.lock().expect("lock").get(&key).cloned();
+                if let Some(token) = token {
+                    let gw = gw.clone();
+                    let caller = caller.clone();
+                    tasks.spawn(async move {
+                        if let Err(e) = crate::operations::cancel(&gw, &caller, &token).await {
+                            tracing::info!(error = %e, "operation cancel failed");
+                        }
+                    });
+                }
             }
-            continue;
+        }
+        if let Message::Request { id, method, params } = &message {
+            if let Some(token) = params
+                .get("operation")
+                .and_then(|o| o.get("token"))
+                .and_then(Value::as_str)
+            {
+                if method == "tools/call" {
+                    operations.lock().expect("lock").insert(id.to_string(), token.to_owned());
+                }
+            }
         }
         let request_key = match &message {
             Message::Request { id, .. } => Some(id.to_string()),
@@ -89,6 +113,7 @@ where
                 caller: &caller,
                 headers: None,
                 session: current.as_ref(),
+                out: Some(tx.clone()),
             };
             let dispatched = server::dispatch(&gw, message, &origin).await;
             if let Some(opened) = dispatched.opened {

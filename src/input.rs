@@ -1,0 +1,111 @@
+//! Input requests sent to clients as real JSON-RPC requests (`elicitation/create`),
+//! for the dialects that use them (2025-11-25 tasks, SEP-1391 operations, and
+//! 2025-06-18 calls that wait).
+//!
+//! taskgate keeps no table of what it asked: the request id is itself sealed and
+//! names the tool, the native run and the input key, so the client's answer can
+//! arrive on any connection or replica and still reach the right run.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use taskgate_engine::InputRequest;
+
+use crate::gateway::{Gateway, Tool};
+use crate::rpc::RpcError;
+use crate::wire::Version;
+
+/// Messages the server sends to the client before a response (progress
+/// notifications, input requests): the SSE stream of the POST, or stdout.
+pub type Outbound = tokio::sync::mpsc::UnboundedSender<Value>;
+
+/// Prefix of the ids of taskgate's own requests.
+pub const ID_PREFIX: &str = "tg-in.";
+
+/// What a sealed input-request id holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct InputClaims {
+    #[serde(rename = "t")]
+    tool: String,
+    #[serde(rename = "r")]
+    native: String,
+    #[serde(rename = "k")]
+    key: String,
+}
+
+/// Sends an `elicitation/create` request for each outstanding input request not
+/// sent yet during this client request. `decorate` adds the dialect's marker
+/// (`_meta` related-task, or `_operation`).
+#[allow(clippy::too_many_arguments)]
+pub fn ask(
+    gw: &Gateway,
+    caller: &str,
+    out: &Outbound,
+    tool: &Tool,
+    native: &str,
+    requests: &BTreeMap<String, InputRequest>,
+    version: Version,
+    sent: &mut HashSet<String>,
+    decorate: &dyn Fn(&mut Map<String, Value>),
+) {
+    for (key, request) in requests {
+        if !sent.insert(key.clone()) {
+            continue;
+        }
+        let claims = InputClaims {
+            tool: tool.name().to_owned(),
+            native: native.to_owned(),
+            key: key.clone(),
+        };
+        let id = format!("{ID_PREFIX}{}", gw.keys.seal("input", caller, &claims));
+        let mut params = Map::new();
+        if version >= Version::V2025_11_25 {
+            params.insert("mode".into(), json!("form"));
+        }
+        params.insert("message".into(), json!(request.message));
+        params.insert("requestedSchema".into(), request.requested_schema.clone());
+        decorate(&mut params);
+        let message = json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params });
+        if out.send(message).is_err() {
+            tracing::debug!("the client stream closed before an input request could be sent");
+        }
+    }
+}
+
+/// Forwards a client's answer to one of taskgate's input requests. Answers to
+/// ids taskgate did not seal (for this caller) are dropped.
+///
+/// # Errors
+///
+/// Engine errors while forwarding.
+pub async fn route_response(
+    gw: &Gateway,
+    caller: &str,
+    id: &Value,
+    result: Option<&Value>,
+    error: Option<&Value>,
+) -> Result<bool, RpcError> {
+    let Some(sealed) = id.as_str().and_then(|s| s.strip_prefix(ID_PREFIX)) else {
+        return Ok(false);
+    };
+    let Some(claims) = gw.keys.open::<InputClaims>("input", caller, sealed) else {
+        tracing::debug!("dropped an answer to an unknown input request");
+        return Ok(false);
+    };
+    let Ok(tool) = gw.tool(&claims.tool) else {
+        return Ok(false);
+    };
+    let answer = match (result, error) {
+        (Some(result), _) => result.clone(),
+        // The client failed the request: treat it as dismissed.
+        (None, _) => json!({ "action": "cancel" }),
+    };
+    let mut responses = Map::new();
+    responses.insert(claims.key.clone(), answer);
+    let forwarded = gw
+        .answer(tool, &claims.native, &responses, "the run was not found")
+        .await?;
+    tracing::info!(tool = %tool.name(), forwarded, "client answered an input request");
+    Ok(forwarded > 0)
+}

@@ -1,0 +1,205 @@
+//! Dialect D4: SEP-1391 long-running operations, an opt-in overlay on legacy
+//! sessions (the founding proposal of taskgate).
+//!
+//! The client chooses the operation token. taskgate keeps no table from tokens to
+//! runs: the native run name is derived from (sealing key, caller, tool, token),
+//! so a retry with the same token reaches the same run, and a status request finds
+//! it again by deriving the name for each long-running tool and asking the engines
+//! in parallel.
+
+use std::collections::HashSet;
+use std::time::SystemTime;
+
+use serde_json::{json, Map, Value};
+use taskgate_engine::{EngineError, RunState, Snapshot};
+
+use crate::config::ToolMode;
+use crate::gateway::{Gateway, Tool};
+use crate::input::{self, Outbound};
+use crate::legacy::Session;
+use crate::rpc::RpcError;
+use crate::wire::call_tool_result;
+
+/// The experimental capability a client declares at `initialize` to opt in, and
+/// that taskgate echoes back.
+pub const CAPABILITY: &str = "taskgate/sep-1391";
+
+const NOT_FOUND: &str = "Failed to retrieve operation: Operation not found";
+const EXPIRED: &str = "Failed to retrieve operation: Operation has expired";
+
+/// `invocationMode` of a tool for opted-in clients.
+#[must_use]
+pub fn invocation_mode(tool: &Tool) -> &'static str {
+    match tool.config.mode {
+        ToolMode::Sync => "sync",
+        ToolMode::Async | ToolMode::Hybrid => "async",
+    }
+}
+
+/// The client's token, or a fresh one when the request left it out.
+fn token_of(operation: &Value) -> Result<String, RpcError> {
+    match operation.get("token") {
+        None | Some(Value::Null) => Ok(format!("op-{}", &crate::handle::random_run_name()[3..])),
+        Some(Value::String(t)) if !t.is_empty() && t.len() <= 256 => Ok(t.clone()),
+        Some(_) => Err(RpcError::InvalidParams(
+            "operation.token must be a non-empty string of at most 256 characters".into(),
+        )),
+    }
+}
+
+/// `tools/call` with `params.operation`.
+///
+/// # Errors
+///
+/// -32602 for a token already used with other arguments; engine errors.
+pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operation: &Value) -> Result<Value, RpcError> {
+    let token = token_of(operation)?;
+    let run_name = gw.keys.derive_run_name(caller, tool.name(), &token);
+    // Engines without idempotent starts (GitHub dispatch) are asked first.
+    let existing = if !tool.capabilities.idempotent_start && tool.capabilities.locate {
+        tool.pipeline.locate(&run_name).await?
+    } else {
+        None
+    };
+    if existing.is_none() {
+        match gw
+            .start(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name))
+            .await
+        {
+            Ok(_) => {}
+            Err(RpcError::Engine(EngineError::Conflict { .. })) => {
+                return Err(RpcError::InvalidParams(format!(
+                    "Operation token {token:?} is already used by another operation (with other arguments)"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let keep_alive = tool.config.keep_alive.as_secs();
+    let poll = tool.config.poll_interval.as_secs_f64().ceil().max(1.0) as u64;
+    Ok(json!({
+        "content": [{ "type": "text", "text": format!(
+            "Started {} as operation {token}. Poll tools/async/status with this token, then fetch tools/async/result.",
+            tool.name()) }],
+        "isError": false,
+        "operation": { "token": token, "keepAlive": keep_alive, "pollFrequency": poll, "status": "submitted" },
+    }))
+}
+
+/// Finds the run of `token` across the long-running tools, asking the engines in
+/// parallel (one `locate` per tool).
+async fn find<'g>(gw: &'g Gateway, caller: &str, token: &str) -> Result<(&'g Tool, String), RpcError> {
+    let candidates: Vec<&Tool> = gw
+        .tools()
+        .iter()
+        .filter(|t| t.is_long_running() && t.capabilities.locate)
+        .collect();
+    let lookups = candidates.iter().map(|tool| {
+        let name = gw.keys.derive_run_name(caller, tool.name(), token);
+        async move { (*tool, tool.pipeline.locate(&name).await) }
+    });
+    let mut first_error = None;
+    for (tool, outcome) in futures::future::join_all(lookups).await {
+        match outcome {
+            Ok(Some(native)) => return Ok((tool, native)),
+            Ok(None) | Err(EngineError::NotFound) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(RpcError::Engine(e)),
+        None => Err(RpcError::NotFound(NOT_FOUND.into())),
+    }
+}
+
+fn token_param(params: &Value) -> Result<&str, RpcError> {
+    params
+        .get("token")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::InvalidParams("token is required".into()))
+}
+
+/// Reads the run of `token`, refusing it once its keepAlive has passed.
+async fn read<'g>(gw: &'g Gateway, caller: &str, token: &str) -> Result<(&'g Tool, String, Snapshot), RpcError> {
+    let (tool, native) = find(gw, caller, token).await?;
+    let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
+    if snapshot.state.is_terminal() {
+        if let Some(ended) = snapshot.ended_at {
+            if ended + tool.config.keep_alive <= SystemTime::now() {
+                return Err(RpcError::NotFound(EXPIRED.into()));
+            }
+        }
+    }
+    Ok((tool, native, snapshot))
+}
+
+/// Handles `tools/async/status` and `tools/async/result`.
+///
+/// # Errors
+///
+/// -32602 for unknown or expired tokens and results of unfinished operations.
+pub async fn handle(
+    gw: &Gateway,
+    caller: &str,
+    session: &Session,
+    out: Option<&Outbound>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let token = token_param(params)?;
+    let (tool, native, snapshot) = read(gw, caller, token).await?;
+    match method {
+        "tools/async/status" => {
+            let mut status = json!({ "status": status_of(&snapshot.state) });
+            match &snapshot.state {
+                RunState::Failed { message } => status["error"] = json!(message),
+                RunState::InputRequired { requests, .. } => {
+                    if let Some(out) = out {
+                        let token = token.to_owned();
+                        let decorate = move |p: &mut Map<String, Value>| {
+                            p.insert("_operation".into(), json!({ "token": token }));
+                        };
+                        let mut sent = HashSet::new();
+                        input::ask(gw, caller, out, tool, &native, requests, session.version(), &mut sent, &decorate);
+                    }
+                }
+                _ => {}
+            }
+            Ok(status)
+        }
+        _ => match &snapshot.state {
+            RunState::Completed(output) => Ok(json!({ "result": call_tool_result(output, session.version()) })),
+            RunState::Failed { message } => Ok(json!({ "result": {
+                "content": [{ "type": "text", "text": message }], "isError": true } })),
+            other => Err(RpcError::InvalidParams(format!(
+                "Failed to retrieve operation result: the operation is {}",
+                status_of(other)
+            ))),
+        },
+    }
+}
+
+/// Cancels the run of `token`.
+///
+/// # Errors
+///
+/// As [`handle`].
+pub async fn cancel(gw: &Gateway, caller: &str, token: &str) -> Result<(), RpcError> {
+    let (tool, native) = find(gw, caller, token).await?;
+    gw.cancel(tool, &native, NOT_FOUND).await?;
+    Ok(())
+}
+
+/// The SEP-1391 status word.
+#[must_use]
+pub fn status_of(state: &RunState) -> &'static str {
+    match state {
+        RunState::Working { .. } => "working",
+        RunState::InputRequired { .. } => "input_required",
+        RunState::Completed(_) => "completed",
+        RunState::Failed { .. } => "failed",
+        RunState::Cancelled { .. } => "canceled",
+    }
+}

@@ -1,0 +1,178 @@
+//! Dialect D2: MCP 2025-11-25 experimental tasks (SEP-1686), for clients that
+//! negotiated 2025-11-25 at `initialize`.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskgate_engine::{RunState, Snapshot};
+
+use crate::config::ToolMode;
+use crate::gateway::{Gateway, Tool, TASK_NOT_FOUND};
+use crate::handle::{Dialect, TaskClaims};
+use crate::input::{self, Outbound};
+use crate::rpc::RpcError;
+use crate::wire::{call_tool_result, timestamp, Version};
+
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The `tasks` server capability: only what is implemented (no `list`: tasks are
+/// read from the engines, which cannot list one caller's tasks cheaply).
+#[must_use]
+pub fn capability() -> Value {
+    json!({ "cancel": {}, "requests": { "tools": { "call": {} } } })
+}
+
+/// `execution` of a tool in tools/list.
+#[must_use]
+pub fn execution(tool: &Tool) -> Option<Value> {
+    match tool.config.mode {
+        ToolMode::Async => Some(json!({ "taskSupport": "required" })),
+        ToolMode::Hybrid => Some(json!({ "taskSupport": "optional" })),
+        ToolMode::Sync => None,
+    }
+}
+
+/// `tools/call` with `params.task`: starts the run and returns `{task}`.
+///
+/// # Errors
+///
+/// -32601 when the tool cannot run as a task; argument and engine errors.
+pub async fn call_as_task(gw: &Gateway, caller: &str, tool: &Tool, args: Value) -> Result<Value, RpcError> {
+    if tool.config.mode == ToolMode::Sync {
+        return Err(RpcError::MethodNotFound(format!(
+            "tool {} does not support task-augmented calls (taskSupport is forbidden)",
+            tool.name()
+        )));
+    }
+    let started = gw.start(caller, tool, args, Dialect::Tasks2025, None).await?;
+    let snapshot = Snapshot::new(RunState::Working {
+        message: None,
+        progress: None,
+    });
+    Ok(json!({
+        "task": task_view(&started.handle, &started.claims, tool, &snapshot),
+        "_meta": { "io.modelcontextprotocol/model-immediate-response":
+            format!("{} started; its result will be available when the task completes.", tool.name()) },
+    }))
+}
+
+/// The `Task` object.
+#[must_use]
+pub fn task_view(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Snapshot) -> Value {
+    let created = claims.created_at();
+    let updated = snapshot.updated_at.unwrap_or(created).max(created);
+    let poll = snapshot.poll_hint.unwrap_or_default().max(tool.config.poll_interval);
+    let (status, message) = match &snapshot.state {
+        RunState::Working { message, .. } => ("working", message.clone()),
+        RunState::InputRequired { message, .. } => ("input_required", message.clone()),
+        RunState::Completed(out) if out.is_error => ("failed", Some("The tool reported an error".to_owned())),
+        RunState::Completed(_) => ("completed", None),
+        RunState::Failed { message } => ("failed", Some(message.clone())),
+        RunState::Cancelled { message } => ("cancelled", message.clone()),
+    };
+    let mut task = json!({
+        "taskId": task_id,
+        "status": status,
+        "createdAt": timestamp(created),
+        "lastUpdatedAt": timestamp(updated),
+        "ttl": claims.ttl_ms,
+        "pollInterval": poll.as_millis() as u64,
+    });
+    if let Some(m) = message {
+        task["statusMessage"] = json!(m);
+    }
+    task
+}
+
+/// Handles `tasks/get`, `tasks/result` and `tasks/cancel`.
+///
+/// # Errors
+///
+/// -32602 for unknown tasks (alike for every reason), cancelling a terminal task;
+/// -32603 for a failed or cancelled task's result; engine errors.
+pub async fn handle(
+    gw: &Gateway,
+    caller: &str,
+    out: Option<&Outbound>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let task_id = params
+        .get("taskId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
+    let (claims, tool) = gw.open(caller, Dialect::Tasks2025, task_id, TASK_NOT_FOUND)?;
+    tracing::Span::current().record("task", crate::gateway::short(task_id));
+    match method {
+        "tasks/get" => {
+            let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;
+            Ok(task_view(task_id, &claims, tool, &snapshot))
+        }
+        "tasks/cancel" => {
+            let snapshot = gw.cancel(tool, &claims.native, TASK_NOT_FOUND).await?;
+            if snapshot.state.is_terminal() {
+                let status = task_view(task_id, &claims, tool, &snapshot)["status"].clone();
+                return Err(RpcError::InvalidParams(format!(
+                    "Cannot cancel task: already in terminal status {status}"
+                )));
+            }
+            let cancelled = Snapshot::new(RunState::Cancelled {
+                message: Some("Cancelled by the client".into()),
+            });
+            Ok(task_view(task_id, &claims, tool, &cancelled))
+        }
+        "tasks/result" => result(gw, caller, out, task_id, &claims, tool).await,
+        other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+/// `tasks/result`: waits (within this request, up to the wait limit) until the
+/// run is terminal; input requests go to the client on this request's stream.
+async fn result(
+    gw: &Gateway,
+    caller: &str,
+    out: Option<&Outbound>,
+    task_id: &str,
+    claims: &TaskClaims,
+    tool: &Tool,
+) -> Result<Value, RpcError> {
+    let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
+    let deadline = Instant::now() + limit;
+    let mut sent = HashSet::new();
+    let related = json!({ "taskId": task_id });
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let snapshot = gw
+            .wait(tool, &claims.native, left, TASK_NOT_FOUND, |_| {})
+            .await?;
+        match &snapshot.state {
+            RunState::Completed(output) => {
+                let mut result = call_tool_result(output, Version::V2025_11_25);
+                result["_meta"] = json!({ RELATED_TASK: related });
+                return Ok(result);
+            }
+            RunState::Failed { message } => return Err(RpcError::Internal(message.clone())),
+            RunState::Cancelled { .. } => {
+                return Err(RpcError::Internal(format!("Task {task_id} was cancelled")))
+            }
+            RunState::InputRequired { requests, .. } => {
+                if let Some(out) = out {
+                    let decorate = |p: &mut serde_json::Map<String, Value>| {
+                        p.insert("_meta".into(), json!({ RELATED_TASK: related }));
+                    };
+                    input::ask(gw, caller, out, tool, &claims.native, requests, Version::V2025_11_25, &mut sent, &decorate);
+                }
+            }
+            RunState::Working { .. } => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(RpcError::Engine(taskgate_engine::EngineError::DeadlineExceeded {
+                operation: "tasks/result (the task is still running; call tasks/result again)",
+                after: limit,
+            }));
+        }
+        // Input requested and sent: give the client a poll interval to answer.
+        tokio::time::sleep(tool.config.poll_interval.min(Duration::from_secs(1)).min(deadline - Instant::now())).await;
+    }
+}
