@@ -6,7 +6,11 @@ use serde_json::Value;
 use taskgate_engine::{ConfigError, Engine};
 
 /// The kinds this build knows.
-pub const KINDS: &[&str] = &[taskgate_exec::KIND];
+pub const KINDS: &[&str] = &[
+    taskgate_exec::KIND,
+    taskgate_stepfunctions::KIND,
+    taskgate_github::KIND,
+];
 
 /// Builds one engine from its `[engines.NAME]` table.
 ///
@@ -31,6 +35,8 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings = Value::Object(table);
     match kind.as_str() {
         taskgate_exec::KIND => taskgate_exec::build(settings).await,
+        taskgate_stepfunctions::KIND => taskgate_stepfunctions::build(settings).await,
+        taskgate_github::KIND => taskgate_github::build(settings).await,
         other => Err(ConfigError::new(
             "kind",
             format!("unknown engine kind {other:?}; one of {}", KINDS.join(", ")),
