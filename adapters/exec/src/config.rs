@@ -155,8 +155,9 @@ fn default_spool_dir(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecTarget {
-    /// The program and its fixed arguments. The program is an absolute path,
-    /// or a name looked up in the `PATH` passed to the process.
+    /// The program and its fixed arguments. The program is an absolute path, a
+    /// relative path with a `/` (resolved against the folder taskgate was started
+    /// in), or a name looked up in the `PATH` passed to the process.
     pub command: Vec<String>,
 
     /// Extra environment variables, fixed for every run. Names may not start
@@ -178,6 +179,17 @@ pub struct ExecTarget {
 }
 
 impl ExecTarget {
+    /// Makes a relative program path (one with a `/`) absolute against the
+    /// current folder, since the process itself starts in its run folder.
+    pub(crate) fn resolve_relative_program(&mut self) {
+        let program = std::path::Path::new(&self.command[0]);
+        if program.is_relative() && self.command[0].contains('/') {
+            if let Ok(cwd) = std::env::current_dir() {
+                self.command[0] = cwd.join(program).to_string_lossy().into_owned();
+            }
+        }
+    }
+
     /// Checks the values; error keys are relative to the tool (`target.x`).
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.command.first().is_none_or(String::is_empty) {

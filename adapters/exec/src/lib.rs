@@ -86,8 +86,9 @@ impl Engine for ExecEngine {
     }
 
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
-        let target: ExecTarget = tool.target()?;
+        let mut target: ExecTarget = tool.target()?;
         target.validate()?;
+        target.resolve_relative_program();
         Ok(Arc::new(ExecPipeline {
             spool: self.spool.clone(),
             tool: tool.name.clone(),
