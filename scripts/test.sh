@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs every taskgate test: the Rust workspace (unit, engine and end-to-end tests),
+# the real MCP client suites (Python and TypeScript SDKs), and the official
+# conformance suite. Installs and starts what they need (moto, a Kubernetes control
+# plane with kwok nodes, SDK environments) under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}
+# so reruns on the same machine are fast.
+#
+#   scripts/test.sh            # everything
+#   TASKGATE_REQUIRE_E2E=1 scripts/test.sh   # as CI runs it: a missing emulator fails
+#
+# Prints one closing line "N passed, M failed" over the suites it ran.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export TASKGATE_CACHE="${TASKGATE_CACHE:-$HOME/.cache/taskgate}"
+mkdir -p "$TASKGATE_CACHE"
+
+passed=0
+failed=0
+failures=()
+started_at=$(date +%s)
+
+step() { echo; echo "==== $* ($(( $(date +%s) - started_at ))s)"; }
+suite() {
+    local name=$1
+    shift
+    step "$name"
+    local t0=$(date +%s)
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "---- $name: ok ($(( $(date +%s) - t0 ))s)"
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+        echo "---- $name: FAILED ($(( $(date +%s) - t0 ))s)"
+    fi
+}
+
+cleanup() {
+    [ -x scripts/moto/down.sh ] && scripts/moto/down.sh >/dev/null 2>&1 || true
+    if [ -n "${TASKGATE_K8S_STARTED:-}" ] && [ -x scripts/k8s/cluster-down.sh ]; then
+        scripts/k8s/cluster-down.sh >/dev/null 2>&1 || true
+    fi
+}
+trap cleanup EXIT
+
+step "build"
+cargo build --workspace --all-targets || { echo "build failed"; exit 1; }
+export TASKGATE_BIN="$root/target/debug/taskgate"
+
+step "services"
+if out=$(scripts/moto/up.sh); then
+    eval "$out"
+else
+    echo "moto could not be started"
+fi
+if [ -x scripts/k8s/build-tools.sh ] && [ -x scripts/k8s/cluster-up.sh ]; then
+    if scripts/k8s/build-tools.sh >&2 && out=$(scripts/k8s/cluster-up.sh); then
+        eval "$out"
+        export TASKGATE_K8S_STARTED=1
+    else
+        echo "the Kubernetes control plane could not be started"
+    fi
+fi
+
+suite "cargo test" cargo test --workspace --no-fail-fast
+
+for setup in scripts/clients/*-setup.sh; do
+    [ -x "$setup" ] || continue
+    name=$(basename "$setup" -setup.sh)
+    step "setup $name"
+    "$setup" >/dev/null || echo "setup $name failed"
+done
+
+if [ -d tests/clients/python ]; then
+    py=$("scripts/clients/python-setup.sh" 2>/dev/null | tail -n 1)
+    suite "python mcp 2.3 clients" "$py" -m pytest -q tests/clients/python
+fi
+if [ -d tests/clients/python-mcp1 ]; then
+    py=$("scripts/clients/python1-setup.sh" 2>/dev/null | tail -n 1)
+    suite "python mcp 1.30 clients" "$py" -m pytest -q tests/clients/python-mcp1
+fi
+if [ -x scripts/clients/ts-run.sh ]; then
+    suite "typescript sdk clients" scripts/clients/ts-run.sh
+fi
+if [ -x scripts/conformance/run.sh ]; then
+    suite "conformance suite" bash -c 'scripts/conformance/setup.sh >/dev/null && scripts/conformance/run.sh'
+fi
+
+step "summary"
+for f in "${failures[@]}"; do echo "failed: $f"; done
+echo "total time: $(( $(date +%s) - started_at ))s"
+echo "suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
