@@ -60,6 +60,8 @@ pub struct Gateway {
     pub meter: Arc<CallMeter>,
     /// Static bearer tokens: token → caller.
     pub bearer: Vec<(String, String)>,
+    /// The engine instances by name (for `check-config` probes).
+    pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
 }
 
 /// A started run: its claims and the sealed handle the client gets.
@@ -170,6 +172,7 @@ impl Gateway {
         let mut tools = Vec::new();
         for (i, (tool, validator)) in cfg.tools.into_iter().zip(validators).enumerate() {
             let engine = &built[&tool.engine];
+            let mut tool = tool;
             let decl = ToolDecl {
                 name: tool.name.clone(),
                 target: tool.target.clone(),
@@ -179,6 +182,12 @@ impl Gateway {
                 .bind(&decl)
                 .map_err(|e| err(format!("tools[{i}].{}", e.key), e.message))?;
             let capabilities = inner.capabilities();
+            if let Some(max) = capabilities.max_retention {
+                if tool.keep_alive > max {
+                    tracing::warn!(tool = %tool.name, "keep_alive is longer than the engine keeps runs; using {}", humantime::format_duration(max));
+                    tool.keep_alive = max;
+                }
+            }
             let pipeline: Arc<dyn Pipeline> = Arc::new(Deadlines::new(
                 inner,
                 cfg.server.call_timeout,
@@ -198,6 +207,7 @@ impl Gateway {
             tools,
             meter,
             bearer,
+            engines: built,
         })
     }
 

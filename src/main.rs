@@ -121,6 +121,20 @@ async fn run(command: Command) -> ExitCode {
             };
             println!("{}: configuration is valid ({} tools)", config.display(), gw.tools().len());
             let mut ok = true;
+            for (name, engine) in &gw.engines {
+                match engine.probe().await {
+                    Ok(findings) => {
+                        println!("engine {name} ({}): ok", engine.kind());
+                        for f in findings {
+                            println!("  {f}");
+                        }
+                    }
+                    Err(e) => {
+                        ok = false;
+                        println!("engine {name} ({}): FAILED: {e}", engine.kind());
+                    }
+                }
+            }
             for tool in gw.tools() {
                 match tool.pipeline.check().await {
                     Ok(findings) => {
