@@ -159,6 +159,9 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
         Ok(c) => c,
         Err(r) => return r,
     };
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return batch(&gw, &caller, &headers, &body).await;
+    }
     let message = match server::parse(&body) {
         Ok(m) => m,
         Err((status, body)) => return json_response(status, &body),
@@ -209,6 +212,62 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
     };
     let dispatched = server::dispatch(&gw, message, &origin).await;
     finish(&gw, &caller, dispatched)
+}
+
+/// A JSON-RPC batch: accepted only in 2025-03-26 sessions, the one version that
+/// has them. Messages are served one after another; the answers come back as an
+/// array (202 when the batch held no requests).
+async fn batch(gw: &Gateway, caller: &str, headers: &HeaderMap, body: &[u8]) -> Response {
+    let invalid = |why: &str| {
+        let err = crate::rpc::RpcError::InvalidRequest(why.to_owned());
+        json_response(400, &err.response(&Value::Null))
+    };
+    let items: Vec<Value> = match serde_json::from_slice(body) {
+        Ok(items) => items,
+        Err(e) => {
+            let err = crate::rpc::RpcError::Parse(e.to_string());
+            return json_response(400, &err.response(&Value::Null));
+        }
+    };
+    if items.is_empty() {
+        return invalid("an empty batch");
+    }
+    let session = headers
+        .get("mcp-session-id")
+        .and_then(|id| id.to_str().ok())
+        .and_then(|id| gw.keys.open::<Session>("session", caller, id));
+    let version = session.as_ref().map(Session::version).or_else(|| {
+        headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::wire::Version::parse)
+    });
+    if version.is_some_and(|v| v != crate::wire::Version::V2025_03_26) {
+        return invalid("batches exist only in protocol version 2025-03-26");
+    }
+    let origin = Origin {
+        caller,
+        headers: Some(headers),
+        session: session.as_ref(),
+        out: None,
+    };
+    let mut answers = Vec::new();
+    for item in items {
+        let id = item.get("id").cloned().unwrap_or(Value::Null);
+        match crate::rpc::Message::parse(item) {
+            Ok(message) => {
+                if let Some(body) = server::dispatch(gw, message, &origin).await.body {
+                    answers.push(body);
+                }
+            }
+            Err(e) => answers.push(e.response(&id)),
+        }
+    }
+    if answers.is_empty() {
+        StatusCode::ACCEPTED.into_response()
+    } else {
+        json_response(200, &Value::Array(answers))
+    }
 }
 
 fn finish(gw: &Gateway, caller: &str, dispatched: server::Dispatched) -> Response {
@@ -308,6 +367,49 @@ fn sse_response(body: axum::body::Body) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn post(app: Router, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        use tower::ServiceExt as _;
+        let mut req = axum::http::Request::post("/mcp").header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = app
+            .oneshot(req.body(axum::body::Body::from(body.to_owned())).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    async fn app() -> Router {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "[keys]\nseal = [{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n",
+        )
+        .unwrap();
+        let gw = crate::load(&path).await.unwrap();
+        router(Arc::new(gw))
+    }
+
+    #[tokio::test]
+    async fn batches_only_in_2025_03_26() {
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
+        let (status, body) = post(app().await, &[("mcp-protocol-version", "2025-03-26")], batch).await;
+        assert_eq!(status, 200, "{body}");
+        let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[0]["id"], 1);
+        assert!(answers[1]["result"]["tools"].is_array());
+        let (status, body) = post(app().await, &[("mcp-protocol-version", "2025-06-18")], batch).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("-32600"));
+        let (status, _) = post(app().await, &[], "[]").await;
+        assert_eq!(status, 400);
+    }
 
     #[test]
     fn loopback_hosts() {
