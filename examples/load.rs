@@ -1,0 +1,122 @@
+//! Load generator for taskgate's hot path: `tasks/get` of one task, over HTTP, from
+//! many concurrent clients, plus the in-process cost of sealing and opening handles.
+//!
+//! Start a server (for example `taskgate serve -c config.example.toml`), then:
+//!
+//! ```sh
+//! cargo run --release --example load -- http://127.0.0.1:8808/mcp 16 10
+//! ```
+//!
+//! arguments: URL, concurrent clients, seconds. Prints requests per second and
+//! latency percentiles; numbers go in the README, never in test assertions.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskgate::handle::{Dialect, Keyring, TaskClaims};
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } }
+    })
+}
+
+async fn post(client: &reqwest::Client, url: &str, method: &str, name: &str, params: Value) -> Value {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    client
+        .post(url)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json")
+}
+
+fn handle_costs() {
+    let keys = Keyring::new(&[("k1".into(), "0123456789abcdef0123456789abcdef-bench".into())]).expect("keys");
+    let claims = TaskClaims {
+        dialect: Dialect::Modern,
+        tool: "analyze_dataset".into(),
+        native: "arn:aws:states:us-east-1:123456789012:execution:Analyze:tg-abcdefghijklmnopqrstuvwxyz".into(),
+        created_ms: 1_700_000_000_000,
+        ttl_ms: Some(86_400_000),
+    };
+    let n = 100_000;
+    let t = Instant::now();
+    let mut handle = String::new();
+    for _ in 0..n {
+        handle = keys.seal("task", "alice", &claims);
+    }
+    let seal = t.elapsed() / n;
+    let t = Instant::now();
+    for _ in 0..n {
+        let _: Option<TaskClaims> = keys.open("task", "alice", &handle);
+    }
+    let open = t.elapsed() / n;
+    let t = Instant::now();
+    for _ in 0..n {
+        let _: Option<TaskClaims> = keys.open("task", "mallory", &handle);
+    }
+    let refuse = t.elapsed() / n;
+    println!("handle: {} bytes; seal {seal:?}, open {open:?}, refuse (foreign caller) {refuse:?}", handle.len());
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let url = args.next().unwrap_or_else(|| "http://127.0.0.1:8808/mcp".into());
+    let clients: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(16);
+    let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
+
+    handle_costs();
+
+    let client = reqwest::Client::new();
+    let created = post(
+        &client,
+        &url,
+        "tools/call",
+        "analyze_dataset",
+        json!({ "name": "analyze_dataset", "arguments": { "dataset": "bench", "seconds": seconds + 30 }, "_meta": meta() }),
+    )
+    .await;
+    let task = created["result"]["taskId"].as_str().expect("a task").to_owned();
+
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut workers = Vec::new();
+    for _ in 0..clients {
+        let client = client.clone();
+        let url = url.clone();
+        let task = task.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < until {
+                let t = Instant::now();
+                let r = post(&client, &url, "tasks/get", &task, json!({ "taskId": task, "_meta": meta() })).await;
+                assert!(r["result"]["status"].is_string(), "{r}");
+                latencies.push(t.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.expect("worker"));
+    }
+    all.sort();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    println!(
+        "tasks/get: {} requests from {clients} clients in {seconds}s = {:.0}/s; p50 {:?}, p99 {:?}, max {:?}",
+        all.len(),
+        all.len() as f64 / seconds as f64,
+        pct(0.50),
+        pct(0.99),
+        all[all.len() - 1]
+    );
+    let _ = post(&client, &url, "tasks/cancel", &task, json!({ "taskId": task, "_meta": meta() })).await;
+}
