@@ -11,6 +11,8 @@
 mod budget;
 mod client;
 pub mod config;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod translate;
 pub mod workflow;
 

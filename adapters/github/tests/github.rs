@@ -2,8 +2,6 @@
 //! are GitHub's published examples. Every request is checked by the double
 //! (method, path, headers, bodies); each test drives the run's state explicitly.
 
-mod double;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +12,7 @@ use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
     Snapshot, StartRequest, ToolDecl,
 };
+use taskgate_github::testing as double;
 
 static FILES: AtomicU32 = AtomicU32::new(0);
 

@@ -1,11 +1,11 @@
-//! A stateful HTTP double of the parts of GitHub's REST API the engine uses.
+//! A stateful HTTP double of the parts of GitHub's REST API the engine uses, for
+//! tests (the `testing` feature): this crate's own tests and taskgate's end-to-end
+//! tests, which run the server binary against it.
 //!
 //! Its payloads are GitHub's published OpenAPI examples (tests/fixtures, cut by
 //! cut.py), adjusted to the run at hand. It checks every request it gets (method,
 //! path, headers, dispatch and review bodies) and records violations; tests drive
 //! the runs' states explicitly and call [`Double::assert_clean`] at the end.
-
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,14 +17,22 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+/// The repository owner the double serves.
 pub const OWNER: &str = "octo-org";
+/// The repository the double serves.
 pub const REPO: &str = "octo-repo";
+/// The workflow file the double serves.
 pub const WORKFLOW: &str = "deploy.yml";
+/// The ref dispatches must name.
 pub const REF: &str = "main";
+/// The token every request must carry.
 pub const TOKEN: &str = "github_pat_test_0123456789";
+/// The GitHub App whose JWTs the token exchange accepts.
 pub const APP_ID: &str = "424242";
+/// The App installation the token exchange serves.
 pub const INSTALLATION_ID: &str = "777";
 
+/// The workflow file served at `.github/workflows/deploy.yml`.
 pub const WORKFLOW_YAML: &str = r#"name: Deploy
 run-name: "deploy ${{ inputs.taskgate_run }}"
 on:
@@ -52,6 +60,11 @@ jobs:
       - run: ./deploy.sh
 "#;
 
+/// A published example from `tests/fixtures`.
+///
+/// # Panics
+///
+/// When the file is missing or not JSON.
 pub fn fixture(name: &str) -> Value {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
@@ -74,13 +87,19 @@ fn iso(epoch: u64) -> String {
 /// One request the double received.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// The method.
     pub method: String,
+    /// The path.
     pub path: String,
+    /// The query, decoded.
     pub query: BTreeMap<String, String>,
+    /// The JSON body, if any.
     pub body: Option<Value>,
 }
 
 impl Seen {
+    /// `METHOD /path`.
+    #[must_use]
     pub fn line(&self) -> String {
         format!("{} {}", self.method, self.path)
     }
@@ -90,9 +109,17 @@ impl Seen {
 #[derive(Debug, Clone, Copy)]
 pub enum Throttle {
     /// 403, `retry-after`, "secondary rate limit".
-    Secondary { retry_after: u64 },
+    Secondary {
+        /// Seconds in `retry-after`.
+        retry_after: u64,
+    },
     /// 403 (or 429), `x-ratelimit-remaining: 0`, reset in `reset_in` seconds.
-    Primary { status: u16, reset_in: u64 },
+    Primary {
+        /// 403 or 429.
+        status: u16,
+        /// Seconds until the reset.
+        reset_in: u64,
+    },
 }
 
 #[derive(Default)]
@@ -118,12 +145,17 @@ struct State {
 /// The double: a server on 127.0.0.1 and its shared state.
 #[derive(Clone)]
 pub struct Double {
+    /// `http://127.0.0.1:PORT`: the `base_url` to configure.
     pub url: String,
     state: Arc<Mutex<State>>,
 }
 
 impl Double {
-    /// Starts a double on a free port.
+    /// Starts a double on a free port, served by a task of the current runtime.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
     pub async fn start() -> Self {
         let state = Arc::new(Mutex::new(State {
             next_id: 30_433_642,
