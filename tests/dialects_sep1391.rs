@@ -1,0 +1,459 @@
+//! SEP-1391 long-running operations (dialect D4) over raw JSON-RPC on
+//! Streamable HTTP, against the real binary and the exec engine: the opt-in,
+//! the filtered tool list, token retries, every status (submitted, working,
+//! input_required, completed, failed, canceled), results, and each error path.
+//! The last test measures what a status lookup by token costs.
+
+mod dialects_support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use dialects_support::*;
+use serde_json::{json, Value};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A 2025-06-18 session that opted in to SEP-1391.
+async fn opted(server: &Server) -> Client {
+    let mut c = server.client();
+    let result = c
+        .initialize(
+            "2025-06-18",
+            json!({ "elicitation": {}, "experimental": { SEP1391: {} } }),
+        )
+        .await;
+    assert_eq!(
+        result["capabilities"]["experimental"][SEP1391],
+        json!({}),
+        "the opt-in is echoed: {result}"
+    );
+    c
+}
+
+/// A 2025-06-18 session that did not opt in.
+async fn plain(server: &Server) -> Client {
+    let mut c = server.client();
+    let result = c.initialize("2025-06-18", json!({ "elicitation": {} })).await;
+    assert!(result["capabilities"].get("experimental").is_none(), "{result}");
+    c
+}
+
+async fn start_op(c: &Client, tool: &str, arguments: Value, token: &str) -> Value {
+    let answer = c
+        .request(
+            "tools/call",
+            json!({ "name": tool, "arguments": arguments, "operation": { "token": token, "keepAlive": 120 } }),
+        )
+        .await;
+    answer.result().clone()
+}
+
+async fn status(c: &Client, token: &str) -> Posted {
+    c.request("tools/async/status", json!({ "token": token })).await
+}
+
+async fn result_of(c: &Client, token: &str) -> Posted {
+    c.request("tools/async/result", json!({ "token": token })).await
+}
+
+/// Polls `tools/async/status` until `done` holds for its result; returns every
+/// status word seen, in order (repeats collapsed), and the last result.
+async fn poll_until(c: &Client, token: &str, done: impl Fn(&Value) -> bool) -> (Vec<String>, Value) {
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let answer = status(c, token).await;
+        let result = answer.result().clone();
+        let word = result["status"].as_str().expect("status").to_owned();
+        if seen.last() != Some(&word) {
+            seen.push(word);
+        }
+        if done(&result) {
+            return (seen, result);
+        }
+        assert!(Instant::now() < deadline, "operation {token} stuck; seen {seen:?}, last {result}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn is(word: &'static str) -> impl Fn(&Value) -> bool {
+    move |r: &Value| r["status"] == word
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opt_in_session_and_filtered_tool_list() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+
+    let c = opted(&server).await;
+    let session = c.session.clone().unwrap();
+    assert!(session.len() > 40, "a sealed session id, not a counter: {session}");
+    let tools = c.tools().await;
+    let listed: BTreeSet<String> = names(&tools).into_iter().collect();
+    for name in ["work", "fail", "ask", "sleeper", "brief", "quick"] {
+        assert!(listed.contains(name), "{name} listed for an opted-in client: {listed:?}");
+    }
+    assert_eq!(tool(&tools, "ask")["invocationMode"], "async");
+    assert_eq!(tool(&tools, "work")["invocationMode"], "async", "hybrid tools are called the LRO way");
+    assert_eq!(tool(&tools, "quick")["invocationMode"], "sync");
+    for t in &tools {
+        assert!(t.get("execution").is_none(), "no 2025-11-25 execution in D4: {t}");
+    }
+
+    // The opt-in lives in the sealed session id only: the same request
+    // without it is an ordinary legacy request.
+    let mut anonymous = c.clone();
+    anonymous.session = None;
+    let tools = anonymous.tools().await;
+    assert!(tools.iter().all(|t| t.get("invocationMode").is_none()), "{tools:?}");
+    // A session id that was not sealed by the server is refused.
+    let mut forged = c.clone();
+    forged.session = Some(format!("{}x", &session[..session.len() - 1]));
+    assert_eq!(forged.request("tools/list", json!({})).await.status, 404);
+
+    let p = plain(&server).await;
+    let tools = p.tools().await;
+    let listed: BTreeSet<String> = names(&tools).into_iter().collect();
+    assert_eq!(
+        listed,
+        ["brief", "fail", "quick", "work"].iter().map(|s| s.to_string()).collect(),
+        "async-only tools are hidden from a client that did not opt in"
+    );
+    assert!(tools.iter().all(|t| t.get("invocationMode").is_none()), "{tools:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_retry_status_to_completed_and_result() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-retry-1";
+    let args = json!({ "label": "alpha", "steps": 5 });
+
+    let first = start_op(&c, "work", args.clone(), token).await;
+    let op = &first["operation"];
+    assert_eq!(op["token"], token);
+    assert_eq!(op["status"], "submitted");
+    assert_eq!(op["keepAlive"], 3600, "the server's effective keepAlive (1h), not the requested 120: {first}");
+    assert_eq!(op["pollFrequency"], 1, "poll_interval 200ms rounds up to 1 s");
+    assert_eq!(first["isError"], false);
+
+    // The same token and arguments: the same operation, the same run.
+    let again = start_op(&c, "work", json!({ "steps": 5, "label": "alpha" }), token).await;
+    assert_eq!(again["operation"], first["operation"]);
+    assert_eq!(setup.runs_of("work").len(), 1, "one run folder: {:?}", setup.runs());
+    // The same token with other arguments is refused, and starts nothing.
+    let other = c
+        .request(
+            "tools/call",
+            json!({ "name": "work", "arguments": { "label": "beta", "steps": 5 }, "operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(other.code(), -32602, "{:?}", other.response());
+    assert!(other.message().contains("already used"), "{}", other.message());
+    assert_eq!(setup.runs().len(), 1);
+
+    let (seen, last) = poll_until(&c, token, is("completed")).await;
+    assert_eq!(seen.first().map(String::as_str), Some("working"), "{seen:?}");
+    assert_eq!(seen, vec!["working", "completed"], "statuses seen in order");
+    assert!(last.get("error").is_none(), "{last}");
+
+    let result = result_of(&c, token).await;
+    let result = &result.result()["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"], json!({ "label": "alpha", "steps": 5 }));
+    assert!(result.get("operation").is_none(), "the result holds no operation part: {result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_required_round_trip() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-ask-1";
+    start_op(&c, "ask", json!({ "label": "v42" }), token).await;
+
+    // Poll until the status says input_required; that answer is an SSE
+    // stream carrying the server's elicitation request first.
+    let deadline = Instant::now() + LIMIT;
+    let (request, answer) = loop {
+        let answer = status(&c, token).await;
+        if answer.result()["status"] == "input_required" {
+            assert!(answer.is_sse(), "the request travels on the status answer's SSE stream: {answer:?}");
+            assert_eq!(answer.messages.len(), 2, "{:?}", answer.messages);
+            break (answer.messages[0].clone(), answer);
+        }
+        assert_eq!(answer.result()["status"], "working", "{:?}", answer.response());
+        assert!(Instant::now() < deadline, "never asked for input");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answer.result()["status"], "input_required");
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["_operation"]["token"], token, "{request}");
+    assert_eq!(request["params"]["message"], "Approve v42?");
+    assert!(request["params"]["requestedSchema"]["properties"]["ok"].is_object());
+    assert!(request["id"].is_string(), "{request}");
+
+    let code = c
+        .respond(
+            &request["id"],
+            json!({ "action": "accept", "content": { "ok": true }, "_operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(code, 202);
+
+    let (seen, _) = poll_until(&c, token, is("completed")).await;
+    assert!(!seen.contains(&"input_required".to_owned()), "answered: {seen:?}");
+    let result = result_of(&c, token).await;
+    let result = &result.result()["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["label"], "v42");
+    assert_eq!(result["structuredContent"]["answer"]["action"], "accept");
+    assert_eq!(result["structuredContent"]["answer"]["content"]["ok"], true);
+}
+
+/// Waits until the run folder of a sleeper holds its pids; returns the folder.
+async fn sleeper_run(setup: &Setup) -> (std::path::PathBuf, i32, i32) {
+    wait_for("the sleeper's pids", LIMIT, || async {
+        let dir = setup.runs_of("sleeper").into_iter().next()?;
+        let text = std::fs::read_to_string(dir.join("sleeper.pids")).ok()?;
+        let mut it = text.split_whitespace().map(|p| p.parse::<i32>().ok());
+        let (shell, child) = (it.next()??, it.next()??);
+        Some((dir, shell, child))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceled_by_operation_token_stops_the_process() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-cancel-1";
+    let call_id = c.next_id();
+    let started = c
+        .post(&json!({ "jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                       "params": { "name": "sleeper", "arguments": {}, "operation": { "token": token } } }))
+        .await;
+    assert_eq!(started.result()["operation"]["status"], "submitted");
+    let (_dir, shell, child) = sleeper_run(&setup).await;
+    assert!(alive(shell) && alive(child));
+
+    // Not finished: no result yet.
+    let early = result_of(&c, token).await;
+    assert_eq!(early.code(), -32602);
+    assert!(early.message().contains("working"), "{}", early.message());
+
+    let code = c
+        .notify(
+            "notifications/cancelled",
+            json!({ "requestId": call_id, "reason": "user abort", "_operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(code, 202);
+    let (_, last) = poll_until(&c, token, is("canceled")).await;
+    assert_eq!(last["status"], "canceled", "one l in D4");
+    wait_for("the sleeper's processes to end", LIMIT, || async {
+        (!alive(shell) && !alive(child)).then_some(())
+    })
+    .await;
+    // Canceled stays canceled; its result is refused, never silent.
+    assert_eq!(status(&c, token).await.result()["status"], "canceled");
+    let refused = result_of(&c, token).await;
+    assert_eq!(refused.code(), -32602);
+    assert!(refused.message().contains("canceled"), "{}", refused.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_when_the_run_is_lost() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-lost-1";
+    start_op(&c, "sleeper", json!({}), token).await;
+    let (dir, shell, child) = sleeper_run(&setup).await;
+    // The host loses the run: its supervisor and process die without a
+    // record of how (as after a reboot or an OOM kill).
+    let supervisor = record_pid(&dir.join("supervisor.json")).expect("supervisor pid");
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill supervisor");
+    wait_for("the supervisor to die", LIMIT, || async { (!alive(supervisor)).then_some(()) }).await;
+    killpg(Pid::from_raw(shell), Signal::SIGKILL).expect("kill the process group");
+    wait_for("the process to die", LIMIT, || async {
+        (!alive(shell) && !alive(child)).then_some(())
+    })
+    .await;
+
+    let (_, last) = poll_until(&c, token, is("failed")).await;
+    let error = last["error"].as_str().expect("failed carries error");
+    assert!(error.contains("lost"), "{error}");
+    let result = result_of(&c, token).await;
+    let result = &result.result()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(text(result).contains("lost"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_error_is_completed_with_is_error() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-fail-1";
+    start_op(&c, "fail", json!({ "label": "ds9" }), token).await;
+    let (_, last) = poll_until(&c, token, |r| r["status"] != "working").await;
+    assert_eq!(last["status"], "completed", "a tool error is completed in D4: {last}");
+    let result = result_of(&c, token).await;
+    let result = &result.result()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let t = text(result);
+    assert!(t.contains("exited with code 3") && t.contains("dataset ds9 not found"), "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_token_and_call_errors() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+
+    for method in ["tools/async/status", "tools/async/result"] {
+        let answer = c.request(method, json!({ "token": "never-issued" })).await;
+        assert_eq!(answer.code(), -32602, "{method}");
+        assert_eq!(answer.message(), "Failed to retrieve operation: Operation not found", "{method}");
+    }
+    // No token at all.
+    let missing = c.request("tools/async/status", json!({})).await;
+    assert_eq!(missing.code(), -32602);
+
+    // Opted in, but an async tool called without operation.
+    let bare = c.call("work", json!({ "label": "x" })).await;
+    assert_eq!(bare.code(), -32600, "{:?}", bare.response());
+    assert!(bare.message().contains("operation"), "{}", bare.message());
+    // Bad arguments never reach the engine.
+    let bad = c
+        .request(
+            "tools/call",
+            json!({ "name": "work", "arguments": { "label": "no spaces" }, "operation": { "token": "op-bad" } }),
+        )
+        .await;
+    assert_eq!(bad.code(), -32602);
+
+    // A client that did not opt in calls an async-only tool.
+    let p = plain(&server).await;
+    let refused = p.call("ask", json!({ "label": "x" })).await;
+    assert_eq!(refused.code(), -32600, "{:?}", refused.response());
+    // ... and has no tools/async/* methods.
+    assert_eq!(p.request("tools/async/status", json!({ "token": "t" })).await.code(), -32601);
+    assert!(setup.runs().is_empty(), "nothing started: {:?}", setup.runs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_expiry() {
+    let setup = Setup::new(&default_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-brief-1";
+    let started = start_op(&c, "brief", json!({ "label": "b", "steps": 1 }), token).await;
+    assert_eq!(started["operation"]["keepAlive"], 2);
+    poll_until(&c, token, is("completed")).await;
+    let completed_at = Instant::now();
+    assert_eq!(result_of(&c, token).await.result()["result"]["isError"], false);
+
+    let answer = wait_for("the operation to expire", LIMIT, || async {
+        let a = status(&c, token).await;
+        a.response().get("error").is_some().then_some(a)
+    })
+    .await;
+    assert!(completed_at.elapsed() >= Duration::from_secs(1), "expired too early");
+    assert_eq!(answer.code(), -32602);
+    assert_eq!(answer.message(), "Failed to retrieve operation: Operation has expired");
+    let r = result_of(&c, token).await;
+    assert_eq!(r.code(), -32602);
+    assert_eq!(r.message(), "Failed to retrieve operation: Operation has expired");
+}
+
+fn many_tools(n: usize) -> Vec<ToolSpec> {
+    (1..=n)
+        .map(|i| ToolSpec::new(&format!("work{i:02}"), "hybrid", "work.sh", WORK_SCHEMA))
+        .collect()
+}
+
+/// Not an assertion of speed: prints what one status lookup by token costs
+/// with 1 and with 20 long-running tools configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lookup_cost() {
+    const LOOKUPS: u32 = 50;
+    let mut report = Vec::new();
+    for n in [1usize, 20] {
+        let setup = Setup::new(&many_tools(n));
+        let server = Server::start(&setup).await;
+        let c = opted(&server).await;
+        // The operation lives in the last tool configured.
+        let last = format!("work{n:02}");
+        let token = format!("op-cost-{n}");
+        start_op(&c, &last, json!({ "label": "cost", "steps": 0 }), &token).await;
+        poll_until(&c, &token, is("completed")).await;
+        // Warm up, then measure.
+        status(&c, &token).await;
+        let calls_before = server.engine_calls().await;
+        let t0 = Instant::now();
+        for _ in 0..LOOKUPS {
+            assert_eq!(status(&c, &token).await.result()["status"], "completed");
+        }
+        let per_lookup = t0.elapsed() / LOOKUPS;
+        let calls = server.engine_calls().await - calls_before;
+        // The unknown-token case asks every tool too.
+        let calls_before = server.engine_calls().await;
+        let t0 = Instant::now();
+        for _ in 0..LOOKUPS {
+            assert_eq!(status(&c, &c.next_id().to_string()).await.code(), -32602);
+        }
+        let per_miss = t0.elapsed() / LOOKUPS;
+        let miss_calls = server.engine_calls().await - calls_before;
+        report.push(format!(
+            "SEP-1391 lookup cost, {n:>2} long-running tool(s): {per_lookup:>10.2?} per status lookup, \
+             {:.1} engine calls per lookup; unknown token: {per_miss:>10.2?}, {:.1} engine calls",
+            f64::from(u32::try_from(calls).unwrap()) / f64::from(LOOKUPS),
+            f64::from(u32::try_from(miss_calls).unwrap()) / f64::from(LOOKUPS),
+        ));
+        assert!(calls >= u64::from(LOOKUPS), "each lookup asks the engine");
+    }
+    for line in report {
+        println!("{line}");
+    }
+}
+
+/// On stdio the connection remembers which call started which operation, so a
+/// `notifications/cancelled` naming the original `tools/call` id cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_cancel_by_request_id() {
+    let setup = Setup::new(&default_tools());
+    let mut s = StdioServer::start(&setup);
+    let init = s.call(
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
+                "clientInfo": { "name": "dialect-tests", "version": "1" } }),
+    );
+    assert_eq!(init["result"]["capabilities"]["experimental"][SEP1391], json!({}), "{init}");
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    let call_id = s.request(
+        "tools/call",
+        json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
+    );
+    let started = s.response(&call_id, LIMIT);
+    assert_eq!(started["result"]["operation"]["status"], "submitted", "{started}");
+    let (_dir, shell, child) = sleeper_run(&setup).await;
+
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": { "requestId": call_id, "reason": "user abort" } }));
+    wait_for("canceled", LIMIT, || {
+        let r = s.call("tools/async/status", json!({ "token": "op-stdio-1" }));
+        async move { (r["result"]["status"] == "canceled").then_some(()) }
+    })
+    .await;
+    wait_for("the sleeper's processes to end", LIMIT, || async {
+        (!alive(shell) && !alive(child)).then_some(())
+    })
+    .await;
+}
