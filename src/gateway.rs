@@ -277,12 +277,32 @@ impl Gateway {
         dialect: Dialect,
         run_name: Option<String>,
     ) -> Result<Started, RpcError> {
+        self.start_retained(caller, tool, arguments, dialect, run_name, tool.config.keep_alive)
+            .await
+    }
+
+    /// As [`Gateway::start`], asking the engine to keep the run for `retention`
+    /// after it ends (SEP-1391 keeps runs a little past their `keepAlive`, so a
+    /// late status request hears "expired" rather than "not found").
+    ///
+    /// # Errors
+    ///
+    /// Engine errors, mapped in [`RpcError`].
+    pub async fn start_retained(
+        &self,
+        caller: &str,
+        tool: &Tool,
+        arguments: Value,
+        dialect: Dialect,
+        run_name: Option<String>,
+        retention: Duration,
+    ) -> Result<Started, RpcError> {
         let run_name = run_name.unwrap_or_else(random_run_name);
         let request = StartRequest {
             run_name,
             arguments,
             caller_tag: caller_tag(caller),
-            keep_alive: Some(tool.config.keep_alive),
+            keep_alive: Some(retention),
         };
         let native = tool.pipeline.start(request).await?;
         let claims = TaskClaims {

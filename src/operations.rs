@@ -27,6 +27,11 @@ pub const CAPABILITY: &str = "taskgate/sep-1391";
 const NOT_FOUND: &str = "Failed to retrieve operation: Operation not found";
 const EXPIRED: &str = "Failed to retrieve operation: Operation has expired";
 
+/// How long past its `keepAlive` an operation's run is kept in its engine, so
+/// that requests for it are answered "Operation has expired"; after that they
+/// are answered "Operation not found" (which SEP-1391 allows once purged).
+const EXPIRED_NOTICE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// `invocationMode` of a tool for opted-in clients.
 #[must_use]
 pub fn invocation_mode(tool: &Tool) -> &'static str {
@@ -62,8 +67,11 @@ pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operatio
         None
     };
     if existing.is_none() {
+        // The engine keeps the run EXPIRED_NOTICE past keepAlive, so a late
+        // request hears "expired" (see `read`) before it hears "not found".
+        let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
         match gw
-            .start(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name))
+            .start_retained(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name), retention)
             .await
         {
             Ok(_) => {}
