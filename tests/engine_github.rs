@@ -1,0 +1,480 @@
+//! The GitHub Actions engine through the server binary: the GitHub double
+//! (`taskgate_github::testing`, payloads from GitHub's published examples, every
+//! request checked) on a loopback port, a config whose engine's `base_url` points
+//! at it, `taskgate serve`, and MCP clients over HTTP — 2026-07-28 with the tasks
+//! extension, 2025-11-25 tasks, and SEP-1391 operations. Each test drives the
+//! run's state in the double explicitly.
+
+mod engines_support;
+
+use std::time::Duration;
+
+use engines_support::{until, Legacy, Modern, Server, Setup};
+use serde_json::{json, Value};
+use taskgate_github::testing::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const TOKEN_VAR: &str = "TASKGATE_E2E_GITHUB_TOKEN";
+const RUNS: &str = "/repos/octo-org/octo-repo/actions/runs";
+const DISPATCH: &str = "POST /repos/octo-org/octo-repo/actions/workflows/deploy.yml/dispatches";
+
+/// One tool `deploy` on the double's workflow; `extra_target` is added to the
+/// target table.
+fn setup(d: &Double, extra_target: &str) -> Setup {
+    let extra = if extra_target.is_empty() {
+        String::new()
+    } else {
+        format!(", {extra_target}")
+    };
+    let body = format!(
+        r#"[engines.gh]
+kind = "github"
+token_env = "{TOKEN_VAR}"
+base_url = "{url}"
+lookup_delay = "10ms"
+
+[[tools]]
+name = "deploy"
+description = "Deploy a version through GitHub Actions"
+engine = "gh"
+mode = "hybrid"
+poll_interval = "200ms"
+keep_alive = "1h"
+input_schema = {{ type = "object", required = ["version"], properties = {{ version = {{ type = "string" }}, environment = {{ type = "string", enum = ["staging", "production"] }}, replicas = {{ type = "integer" }} }} }}
+target = {{ owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}"{extra} }}
+"#,
+        url = d.url
+    );
+    Setup::new(&body, &[(TOKEN_VAR, TOKEN)])
+}
+
+/// The id of the only run the double has.
+fn only_run(d: &Double) -> u64 {
+    let ids = d.run_ids();
+    assert_eq!(ids.len(), 1, "expected one run: {ids:?}");
+    ids[0]
+}
+
+/// Reads the task once: its status and message.
+async fn status(c: &Modern, task: &str) -> Value {
+    c.get(task).await.result().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_queued_in_progress_then_success_with_jobs_and_artifacts() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c
+        .start(
+            "deploy",
+            json!({"version": "1.2.3", "replicas": 3, "environment": "staging"}),
+        )
+        .await;
+    let id = only_run(&d);
+    let seen = d.seen();
+    assert_eq!(d.lines(), [DISPATCH]);
+    assert_eq!(
+        seen[0].body,
+        Some(
+            json!({"ref": "main", "inputs": {"version": "1.2.3", "replicas": "3", "environment": "staging"}, "return_run_details": true})
+        )
+    );
+    assert!(
+        !task.contains(&id.to_string()),
+        "the handle shows the run id in clear"
+    );
+
+    let queued = status(&c, &task).await;
+    assert_eq!(queued["status"], "working", "{queued}");
+    assert!(
+        queued["statusMessage"].as_str().unwrap().contains("queued"),
+        "{queued}"
+    );
+    assert_eq!(queued["pollIntervalMs"], 200, "{queued}");
+
+    d.set_run(id, "in_progress", None);
+    let running = status(&c, &task).await;
+    assert_eq!(running["status"], "working");
+    assert_eq!(
+        running["statusMessage"], "running job build, step 7/10: Run Tests",
+        "{running}"
+    );
+
+    d.set_run(id, "completed", Some("success"));
+    let done = status(&c, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let result = &done["result"];
+    assert_eq!(result["isError"], false);
+    let st = &result["structuredContent"];
+    assert_eq!(st["conclusion"], "success");
+    assert_eq!(st["run_id"], id);
+    let page = format!("https://github.com/{OWNER}/{REPO}/actions/runs/{id}");
+    assert_eq!(st["html_url"], page.as_str());
+    assert_eq!(
+        st["jobs"],
+        json!([{"name": "build", "conclusion": "success"}])
+    );
+    assert_eq!(st["artifacts"].as_array().unwrap().len(), 2, "{st}");
+    assert_eq!(st["artifacts"][0]["name"], "Rails");
+    assert!(
+        result["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "resource_link" && c["uri"] == page.as_str()),
+        "{result}"
+    );
+    // Reading a finished run again asks GitHub again, and answers the same.
+    d.clear_seen();
+    assert_eq!(status(&c, &task).await["result"], *result);
+    assert!(d.lines().contains(&format!("GET {RUNS}/{id}")));
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_a_tool_error_naming_failed_jobs_and_steps() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c.start("deploy", json!({"version": "2"})).await;
+    let id = only_run(&d);
+    d.set_run(id, "completed", Some("failure"));
+    let done = status(&c, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let result = &done["result"];
+    assert_eq!(result["isError"], true, "{done}");
+    assert_eq!(result["structuredContent"]["conclusion"], "failure");
+    assert_eq!(
+        result["structuredContent"]["failed_jobs"][0]["name"],
+        "build"
+    );
+    assert_eq!(
+        result["structuredContent"]["failed_jobs"][0]["failed_steps"][0]["name"],
+        "Run Tests"
+    );
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("job build"),
+        "{result}"
+    );
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_cancels_the_run_upstream() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c.start("deploy", json!({"version": "3"})).await;
+    let id = only_run(&d);
+    d.set_run(id, "in_progress", None);
+    d.clear_seen();
+    let reply = c.cancel(&task).await;
+    assert_eq!(reply.result()["resultType"], "complete", "{:?}", reply.body);
+    assert!(
+        d.lines().contains(&format!("POST {RUNS}/{id}/cancel")),
+        "{:?}",
+        d.lines()
+    );
+    assert_eq!(d.run(id)["conclusion"], "cancelled");
+    let cancelled = status(&c, &task).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // Cancelling a finished run does not post another cancel.
+    d.clear_seen();
+    assert!(c.cancel(&task).await.is_ok());
+    assert!(
+        !d.lines().iter().any(|l| l.ends_with("/cancel")),
+        "{:?}",
+        d.lines()
+    );
+    d.assert_clean();
+}
+
+const APPROVAL: &str = r#"environment_approval = { message = "Deploy to {environment}?" }"#;
+
+async fn waiting_for_approval(c: &Modern, d: &Double, task: &str) -> String {
+    let id = only_run(d);
+    d.wait_on_environment(id);
+    let asked = status(c, task).await;
+    assert_eq!(asked["status"], "input_required", "{asked}");
+    let requests = asked["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{asked}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(key, "environment-161088068");
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Deploy to staging?");
+    assert_eq!(request["params"]["requestedSchema"]["type"], "object");
+    key.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_approval_accepted_through_tasks_update() {
+    let d = Double::start().await;
+    let s = setup(&d, APPROVAL);
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c.start("deploy", json!({"version": "4"})).await;
+    let key = waiting_for_approval(&c, &d, &task).await;
+    let reply = c
+        .update(
+            &task,
+            json!({ &key: {"action": "accept", "content": {"comment": "ship it"}} }),
+        )
+        .await;
+    assert!(reply.is_ok(), "{:?}", reply.body);
+    assert_eq!(
+        d.reviews(),
+        [json!({"environment_ids": [161_088_068], "state": "approved", "comment": "ship it"})]
+    );
+    let id = only_run(&d);
+    assert_eq!(status(&c, &task).await["status"], "working");
+    d.set_run(id, "completed", Some("success"));
+    let done = status(&c, &task).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_approval_declined_through_tasks_update() {
+    let d = Double::start().await;
+    let s = setup(&d, APPROVAL);
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c.start("deploy", json!({"version": "5"})).await;
+    let key = waiting_for_approval(&c, &d, &task).await;
+    let reply = c
+        .update(&task, json!({ &key: {"action": "decline"} }))
+        .await;
+    assert!(reply.is_ok(), "{:?}", reply.body);
+    let reviews = d.reviews();
+    assert_eq!(reviews.len(), 1);
+    assert_eq!(reviews[0]["state"], "rejected", "{reviews:?}");
+    let done = status(&c, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    // Answering again: no review is pending any more, nothing is posted.
+    let again = c.update(&task, json!({ &key: {"action": "accept"} })).await;
+    assert!(again.is_ok(), "{:?}", again.body);
+    assert_eq!(d.reviews().len(), 1);
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.modern();
+    let task = c.start("deploy", json!({"version": "6"})).await;
+
+    // A secondary rate limit: retryable, with GitHub's retry-after.
+    d.throttle_next(Throttle::Secondary { retry_after: 7 });
+    let refused = c.get(&task).await;
+    let e = refused.error();
+    assert_eq!(e["code"], -32603, "{e}");
+    assert_eq!(e["data"]["retryable"], true, "{e}");
+    assert_eq!(e["data"]["retryAfterMs"], 7000, "{e}");
+
+    // A primary limit (429, nothing left until the reset): retryable too.
+    d.throttle_next(Throttle::Primary {
+        status: 429,
+        reset_in: 30,
+    });
+    let refused = c.get(&task).await;
+    let e = refused.error();
+    assert_eq!(e["data"]["retryable"], true, "{e}");
+    let after = e["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!((25_000..=32_000).contains(&after), "{e}");
+
+    // The task is untouched.
+    let read = status(&c, &task).await;
+    assert_eq!(read["status"], "working", "{read}");
+    assert_eq!(read["pollIntervalMs"], 200, "{read}");
+
+    // A low budget: later reads tell the client to poll less often.
+    d.set_budget(20, 600);
+    let slow = status(&c, &task).await;
+    assert_eq!(slow["status"], "working", "{slow}");
+    let poll = slow["pollIntervalMs"].as_u64().unwrap();
+    assert!(poll >= 10_000, "{slow}");
+    d.set_budget(5000, 3600);
+    let normal = status(&c, &task).await;
+    assert_eq!(normal["pollIntervalMs"], 200, "{normal}");
+
+    d.set_run(only_run(&d), "completed", Some("success"));
+    assert_eq!(status(&c, &task).await["status"], "completed");
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_between_start_and_result_loses_nothing() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let mut first = s.server().await;
+    let c = first.modern();
+    let task = c.start("deploy", json!({"version": "7"})).await;
+    assert_eq!(status(&c, &task).await["status"], "working");
+    first.kill();
+
+    let id = only_run(&d);
+    d.set_run(id, "in_progress", None);
+    let second = Server::start(&s).await;
+    let c = c.at(&second.url);
+    assert_eq!(
+        status(&c, &task).await["statusMessage"],
+        "running job build, step 7/10: Run Tests"
+    );
+    d.set_run(id, "completed", Some("success"));
+    let done = status(&c, &task).await;
+    assert_eq!(done["result"]["structuredContent"]["run_id"], id, "{done}");
+    assert_eq!(d.run_ids().len(), 1, "a restart must not dispatch again");
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_token_retry_finds_the_run_it_dispatched() {
+    let d = Double::start().await;
+    let s = setup(&d, r#"correlate = "always""#);
+    let server = s.server().await;
+    let c = Legacy::initialize(
+        &server.url,
+        "2025-06-18",
+        json!({"experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await;
+    let call = |args: Value| {
+        let c = c.clone();
+        async move {
+            c.request(
+                "tools/call",
+                json!({"name": "deploy", "arguments": args, "operation": {"token": "release-8", "keepAlive": 3600}}),
+            )
+            .await
+        }
+    };
+    let first = call(json!({"version": "8"})).await;
+    assert_eq!(
+        first.result()["operation"]["token"],
+        "release-8",
+        "{:?}",
+        first.body
+    );
+    let id = only_run(&d);
+    let inputs = d
+        .seen()
+        .iter()
+        .find(|s| s.line() == DISPATCH)
+        .unwrap()
+        .body
+        .clone()
+        .unwrap()["inputs"]
+        .clone();
+    assert_eq!(inputs["version"], "8");
+    assert!(
+        inputs["taskgate_run"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("tg-")),
+        "{inputs}"
+    );
+
+    // The retry finds the run by its correlation: no second dispatch.
+    let again = call(json!({"version": "8"})).await;
+    assert_eq!(
+        again.result()["operation"]["token"],
+        "release-8",
+        "{:?}",
+        again.body
+    );
+    assert_eq!(d.run_ids(), [id]);
+
+    // GitHub cannot say which inputs a run got: the same token with other
+    // arguments finds the same run (the documented gap), and never dispatches.
+    let other = call(json!({"version": "9"})).await;
+    assert!(
+        other.is_ok() || other.error()["code"] == -32602,
+        "{:?}",
+        other.body
+    );
+    assert_eq!(d.run_ids(), [id]);
+
+    let working = c
+        .request("tools/async/status", json!({"token": "release-8"}))
+        .await;
+    assert_eq!(working.result()["status"], "working", "{:?}", working.body);
+    d.set_run(id, "completed", Some("success"));
+    let done = c
+        .request("tools/async/status", json!({"token": "release-8"}))
+        .await;
+    assert_eq!(done.result()["status"], "completed", "{:?}", done.body);
+    let result = c
+        .request("tools/async/result", json!({"token": "release-8"}))
+        .await;
+    assert_eq!(
+        result.result()["result"]["structuredContent"]["run_id"],
+        id,
+        "{:?}",
+        result.body
+    );
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_result_blocks_until_the_run_finishes() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = Legacy::initialize(&server.url, "2025-11-25", json!({"tasks": {}})).await;
+    let started = c
+        .request(
+            "tools/call",
+            json!({"name": "deploy", "arguments": {"version": "10"}, "task": {"ttl": 60000}}),
+        )
+        .await;
+    let task = started.result()["task"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    let id = only_run(&d);
+    d.clear_seen();
+
+    let waiting = {
+        let c = c.clone();
+        let task = task.clone();
+        tokio::spawn(async move { c.request("tasks/result", json!({"taskId": task})).await })
+    };
+    // Once tasks/result has read the run (still queued), finish it.
+    until("tasks/result reading the run", LIMIT, || async {
+        if d.lines().contains(&format!("GET {RUNS}/{id}")) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", d.lines()))
+        }
+    })
+    .await;
+    assert!(
+        !waiting.is_finished(),
+        "tasks/result answered before the run finished"
+    );
+    d.set_run(id, "completed", Some("success"));
+    let reply = tokio::time::timeout(LIMIT, waiting)
+        .await
+        .expect("tasks/result answered")
+        .unwrap();
+    let result = reply.result();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["conclusion"], "success");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    let got = c.request("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(got.result()["status"], "completed");
+    d.assert_clean();
+}
