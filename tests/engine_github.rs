@@ -272,6 +272,14 @@ async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
     let s = setup(&d, "");
     let server = s.server().await;
     let c = server.modern();
+    // A throttled dispatch: a retryable error, and no run.
+    d.throttle_next(Throttle::Secondary { retry_after: 5 });
+    let refused = c.call("deploy", json!({"version": "6"})).await;
+    let e = refused.error();
+    assert_eq!(e["data"]["retryable"], true, "{e}");
+    assert_eq!(e["data"]["retryAfterMs"], 5000, "{e}");
+    assert!(d.run_ids().is_empty());
+
     let task = c.start("deploy", json!({"version": "6"})).await;
 
     // A secondary rate limit: retryable, with GitHub's retry-after.

@@ -506,6 +506,59 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_cancel_by_operation_token_aborts_upstream() {
+    let Some(url) = moto() else { return };
+    let arn = state_machine(&url, "sep1391-cancel", sleeper()).await;
+    let s = setup(&url, &arn, "");
+    let server = s.server().await;
+    let c = Legacy::initialize(
+        &server.url,
+        "2025-03-26",
+        json!({"experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await;
+    let token = unique("op");
+    let started = c
+        .request(
+            "tools/call",
+            json!({"name": "analyze", "arguments": {"dataset": "d1"}, "operation": {"token": token}}),
+        )
+        .await;
+    assert!(started.is_ok(), "{:?}", started.body);
+    let status = c
+        .request("tools/async/status", json!({"token": token}))
+        .await;
+    assert_eq!(status.result()["status"], "working", "{:?}", status.body);
+    let posted = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"reason": "no longer needed", "_operation": {"token": token}}}),
+        )
+        .await;
+    assert_eq!(posted, 202);
+    until("canceled", LIMIT, || async {
+        let r = c
+            .request("tools/async/status", json!({"token": token}))
+            .await;
+        let status = r.result()["status"].clone();
+        if status == "canceled" {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+    assert_eq!(
+        only_execution_status(&url, &arn).await,
+        ExecutionStatus::Aborted
+    );
+    let result = c
+        .request("tools/async/result", json!({"token": token}))
+        .await;
+    assert_eq!(result.error()["code"], -32602, "{:?}", result.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_2025_result_blocks_until_done_and_elicits_the_human_step() {
     let Some(url) = moto() else { return };
     let (arn, s) = human_task(&url).await;
