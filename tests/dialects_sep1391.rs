@@ -34,8 +34,13 @@ async fn opted(server: &Server) -> Client {
 /// A 2025-06-18 session that did not opt in.
 async fn plain(server: &Server) -> Client {
     let mut c = server.client();
-    let result = c.initialize("2025-06-18", json!({ "elicitation": {} })).await;
-    assert!(result["capabilities"].get("experimental").is_none(), "{result}");
+    let result = c
+        .initialize("2025-06-18", json!({ "elicitation": {} }))
+        .await;
+    assert!(
+        result["capabilities"].get("experimental").is_none(),
+        "{result}"
+    );
     c
 }
 
@@ -50,16 +55,22 @@ async fn start_op(c: &Client, tool: &str, arguments: Value, token: &str) -> Valu
 }
 
 async fn status(c: &Client, token: &str) -> Posted {
-    c.request("tools/async/status", json!({ "token": token })).await
+    c.request("tools/async/status", json!({ "token": token }))
+        .await
 }
 
 async fn result_of(c: &Client, token: &str) -> Posted {
-    c.request("tools/async/result", json!({ "token": token })).await
+    c.request("tools/async/result", json!({ "token": token }))
+        .await
 }
 
 /// Polls `tools/async/status` until `done` holds for its result; returns every
 /// status word seen, in order (repeats collapsed), and the last result.
-async fn poll_until(c: &Client, token: &str, done: impl Fn(&Value) -> bool) -> (Vec<String>, Value) {
+async fn poll_until(
+    c: &Client,
+    token: &str,
+    done: impl Fn(&Value) -> bool,
+) -> (Vec<String>, Value) {
     let mut seen: Vec<String> = Vec::new();
     let deadline = Instant::now() + LIMIT;
     loop {
@@ -72,7 +83,10 @@ async fn poll_until(c: &Client, token: &str, done: impl Fn(&Value) -> bool) -> (
         if done(&result) {
             return (seen, result);
         }
-        assert!(Instant::now() < deadline, "operation {token} stuck; seen {seen:?}, last {result}");
+        assert!(
+            Instant::now() < deadline,
+            "operation {token} stuck; seen {seen:?}, last {result}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -88,17 +102,30 @@ async fn opt_in_session_and_filtered_tool_list() {
 
     let c = opted(&server).await;
     let session = c.session.clone().unwrap();
-    assert!(session.len() > 40, "a sealed session id, not a counter: {session}");
+    assert!(
+        session.len() > 40,
+        "a sealed session id, not a counter: {session}"
+    );
     let tools = c.tools().await;
     let listed: BTreeSet<String> = names(&tools).into_iter().collect();
     for name in ["work", "fail", "ask", "sleeper", "brief", "quick"] {
-        assert!(listed.contains(name), "{name} listed for an opted-in client: {listed:?}");
+        assert!(
+            listed.contains(name),
+            "{name} listed for an opted-in client: {listed:?}"
+        );
     }
     assert_eq!(tool(&tools, "ask")["invocationMode"], "async");
-    assert_eq!(tool(&tools, "work")["invocationMode"], "async", "hybrid tools are called the LRO way");
+    assert_eq!(
+        tool(&tools, "work")["invocationMode"],
+        "async",
+        "hybrid tools are called the LRO way"
+    );
     assert_eq!(tool(&tools, "quick")["invocationMode"], "sync");
     for t in &tools {
-        assert!(t.get("execution").is_none(), "no 2025-11-25 execution in D4: {t}");
+        assert!(
+            t.get("execution").is_none(),
+            "no 2025-11-25 execution in D4: {t}"
+        );
     }
 
     // The opt-in lives in the sealed session id only: the same request
@@ -106,7 +133,10 @@ async fn opt_in_session_and_filtered_tool_list() {
     let mut anonymous = c.clone();
     anonymous.session = None;
     let tools = anonymous.tools().await;
-    assert!(tools.iter().all(|t| t.get("invocationMode").is_none()), "{tools:?}");
+    assert!(
+        tools.iter().all(|t| t.get("invocationMode").is_none()),
+        "{tools:?}"
+    );
     // A session id that was not sealed by the server is refused.
     let mut forged = c.clone();
     forged.session = Some(format!("{}x", &session[..session.len() - 1]));
@@ -117,10 +147,16 @@ async fn opt_in_session_and_filtered_tool_list() {
     let listed: BTreeSet<String> = names(&tools).into_iter().collect();
     assert_eq!(
         listed,
-        ["brief", "fail", "quick", "work"].iter().map(|s| s.to_string()).collect(),
+        ["brief", "fail", "quick", "work"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         "async-only tools are hidden from a client that did not opt in"
     );
-    assert!(tools.iter().all(|t| t.get("invocationMode").is_none()), "{tools:?}");
+    assert!(
+        tools.iter().all(|t| t.get("invocationMode").is_none()),
+        "{tools:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,14 +171,25 @@ async fn token_retry_status_to_completed_and_result() {
     let op = &first["operation"];
     assert_eq!(op["token"], token);
     assert_eq!(op["status"], "submitted");
-    assert_eq!(op["keepAlive"], 3600, "the server's effective keepAlive (1h), not the requested 120: {first}");
-    assert_eq!(op["pollFrequency"], 1, "poll_interval 200ms rounds up to 1 s");
+    assert_eq!(
+        op["keepAlive"], 3600,
+        "the server's effective keepAlive (1h), not the requested 120: {first}"
+    );
+    assert_eq!(
+        op["pollFrequency"], 1,
+        "poll_interval 200ms rounds up to 1 s"
+    );
     assert_eq!(first["isError"], false);
 
     // The same token and arguments: the same operation, the same run.
     let again = start_op(&c, "work", json!({ "steps": 5, "label": "alpha" }), token).await;
     assert_eq!(again["operation"], first["operation"]);
-    assert_eq!(setup.runs_of("work").len(), 1, "one run folder: {:?}", setup.runs());
+    assert_eq!(
+        setup.runs_of("work").len(),
+        1,
+        "one run folder: {:?}",
+        setup.runs()
+    );
     // The same token with other arguments is refused, and starts nothing.
     let other = c
         .request(
@@ -151,19 +198,33 @@ async fn token_retry_status_to_completed_and_result() {
         )
         .await;
     assert_eq!(other.code(), -32602, "{:?}", other.response());
-    assert!(other.message().contains("already used"), "{}", other.message());
+    assert!(
+        other.message().contains("already used"),
+        "{}",
+        other.message()
+    );
     assert_eq!(setup.runs().len(), 1);
 
     let (seen, last) = poll_until(&c, token, is("completed")).await;
-    assert_eq!(seen.first().map(String::as_str), Some("working"), "{seen:?}");
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("working"),
+        "{seen:?}"
+    );
     assert_eq!(seen, vec!["working", "completed"], "statuses seen in order");
     assert!(last.get("error").is_none(), "{last}");
 
     let result = result_of(&c, token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(result["structuredContent"], json!({ "label": "alpha", "steps": 5 }));
-    assert!(result.get("operation").is_none(), "the result holds no operation part: {result}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({ "label": "alpha", "steps": 5 })
+    );
+    assert!(
+        result.get("operation").is_none(),
+        "the result holds no operation part: {result}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,11 +241,19 @@ async fn input_required_round_trip() {
     let (request, answer) = loop {
         let answer = status(&c, token).await;
         if answer.result()["status"] == "input_required" {
-            assert!(answer.is_sse(), "the request travels on the status answer's SSE stream: {answer:?}");
+            assert!(
+                answer.is_sse(),
+                "the request travels on the status answer's SSE stream: {answer:?}"
+            );
             assert_eq!(answer.messages.len(), 2, "{:?}", answer.messages);
             break (answer.messages[0].clone(), answer);
         }
-        assert_eq!(answer.result()["status"], "working", "{:?}", answer.response());
+        assert_eq!(
+            answer.result()["status"],
+            "working",
+            "{:?}",
+            answer.response()
+        );
         assert!(Instant::now() < deadline, "never asked for input");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -204,7 +273,10 @@ async fn input_required_round_trip() {
     assert_eq!(code, 202);
 
     let (seen, _) = poll_until(&c, token, is("completed")).await;
-    assert!(!seen.contains(&"input_required".to_owned()), "answered: {seen:?}");
+    assert!(
+        !seen.contains(&"input_required".to_owned()),
+        "answered: {seen:?}"
+    );
     let result = result_of(&c, token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
@@ -262,7 +334,11 @@ async fn canceled_by_operation_token_stops_the_process() {
     assert_eq!(status(&c, token).await.result()["status"], "canceled");
     let refused = result_of(&c, token).await;
     assert_eq!(refused.code(), -32602);
-    assert!(refused.message().contains("canceled"), "{}", refused.message());
+    assert!(
+        refused.message().contains("canceled"),
+        "{}",
+        refused.message()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,7 +355,10 @@ async fn failed_when_the_run_is_lost() {
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill supervisor");
-    wait_for("the supervisor to die", LIMIT, || async { (!alive(supervisor)).then_some(()) }).await;
+    wait_for("the supervisor to die", LIMIT, || async {
+        (!alive(supervisor)).then_some(())
+    })
+    .await;
     killpg(Pid::from_raw(shell), Signal::SIGKILL).expect("kill the process group");
     wait_for("the process to die", LIMIT, || async {
         (!alive(shell) && !alive(child)).then_some(())
@@ -303,12 +382,18 @@ async fn tool_error_is_completed_with_is_error() {
     let token = "op-fail-1";
     start_op(&c, "fail", json!({ "label": "ds9" }), token).await;
     let (_, last) = poll_until(&c, token, |r| r["status"] != "working").await;
-    assert_eq!(last["status"], "completed", "a tool error is completed in D4: {last}");
+    assert_eq!(
+        last["status"], "completed",
+        "a tool error is completed in D4: {last}"
+    );
     let result = result_of(&c, token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], true, "{result}");
     let t = text(result);
-    assert!(t.contains("exited with code 3") && t.contains("dataset ds9 not found"), "{t}");
+    assert!(
+        t.contains("exited with code 3") && t.contains("dataset ds9 not found"),
+        "{t}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,7 +405,11 @@ async fn unknown_token_and_call_errors() {
     for method in ["tools/async/status", "tools/async/result"] {
         let answer = c.request(method, json!({ "token": "never-issued" })).await;
         assert_eq!(answer.code(), -32602, "{method}");
-        assert_eq!(answer.message(), "Failed to retrieve operation: Operation not found", "{method}");
+        assert_eq!(
+            answer.message(),
+            "Failed to retrieve operation: Operation not found",
+            "{method}"
+        );
     }
     // No token at all.
     let missing = c.request("tools/async/status", json!({})).await;
@@ -344,8 +433,17 @@ async fn unknown_token_and_call_errors() {
     let refused = p.call("ask", json!({ "label": "x" })).await;
     assert_eq!(refused.code(), -32600, "{:?}", refused.response());
     // ... and has no tools/async/* methods.
-    assert_eq!(p.request("tools/async/status", json!({ "token": "t" })).await.code(), -32601);
-    assert!(setup.runs().is_empty(), "nothing started: {:?}", setup.runs());
+    assert_eq!(
+        p.request("tools/async/status", json!({ "token": "t" }))
+            .await
+            .code(),
+        -32601
+    );
+    assert!(
+        setup.runs().is_empty(),
+        "nothing started: {:?}",
+        setup.runs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,19 +456,31 @@ async fn keep_alive_expiry() {
     assert_eq!(started["operation"]["keepAlive"], 2);
     poll_until(&c, token, is("completed")).await;
     let completed_at = Instant::now();
-    assert_eq!(result_of(&c, token).await.result()["result"]["isError"], false);
+    assert_eq!(
+        result_of(&c, token).await.result()["result"]["isError"],
+        false
+    );
 
     let answer = wait_for("the operation to expire", LIMIT, || async {
         let a = status(&c, token).await;
         a.response().get("error").is_some().then_some(a)
     })
     .await;
-    assert!(completed_at.elapsed() >= Duration::from_secs(1), "expired too early");
+    assert!(
+        completed_at.elapsed() >= Duration::from_secs(1),
+        "expired too early"
+    );
     assert_eq!(answer.code(), -32602);
-    assert_eq!(answer.message(), "Failed to retrieve operation: Operation has expired");
+    assert_eq!(
+        answer.message(),
+        "Failed to retrieve operation: Operation has expired"
+    );
     let r = result_of(&c, token).await;
     assert_eq!(r.code(), -32602);
-    assert_eq!(r.message(), "Failed to retrieve operation: Operation has expired");
+    assert_eq!(
+        r.message(),
+        "Failed to retrieve operation: Operation has expired"
+    );
 }
 
 fn many_tools(n: usize) -> Vec<ToolSpec> {
@@ -435,18 +545,27 @@ async fn stdio_cancel_by_request_id() {
         json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
                 "clientInfo": { "name": "dialect-tests", "version": "1" } }),
     );
-    assert_eq!(init["result"]["capabilities"]["experimental"][SEP1391], json!({}), "{init}");
+    assert_eq!(
+        init["result"]["capabilities"]["experimental"][SEP1391],
+        json!({}),
+        "{init}"
+    );
     s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     let call_id = s.request(
         "tools/call",
         json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
     );
     let started = s.response(&call_id, LIMIT);
-    assert_eq!(started["result"]["operation"]["status"], "submitted", "{started}");
+    assert_eq!(
+        started["result"]["operation"]["status"], "submitted",
+        "{started}"
+    );
     let (_dir, shell, child) = sleeper_run(&setup).await;
 
-    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
-                    "params": { "requestId": call_id, "reason": "user abort" } }));
+    s.send(
+        &json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": { "requestId": call_id, "reason": "user abort" } }),
+    );
     wait_for("canceled", LIMIT, || {
         let r = s.call("tools/async/status", json!({ "token": "op-stdio-1" }));
         async move { (r["result"]["status"] == "canceled").then_some(()) }

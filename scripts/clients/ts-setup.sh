@@ -4,10 +4,8 @@
 # outside the repository under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}/ts-sdk1,
 # and links tests/clients/ts-sdk1/node_modules to them (the link is gitignored).
 # Idempotent: reinstalls only when package.json or the lockfile changed.
-# Prints the node_modules folder as its last line. Run the tests with:
-#
-#   scripts/clients/ts-setup.sh
-#   (cd tests/clients/ts-sdk1 && TASKGATE_BIN=$PWD/../../../target/debug/taskgate node --test --test-concurrency=1 test/)
+# Prints the node_modules folder as its last line. Run the tests with
+# scripts/clients/ts-run.sh (which calls this first).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 src="$repo/tests/clients/ts-sdk1"

@@ -208,7 +208,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -282,7 +285,11 @@ impl Server {
                 }
                 if let Ok(r) = http.get(format!("{base}/healthz")).send().await {
                     if r.status().is_success() {
-                        return Self { child, base, stderr };
+                        return Self {
+                            child,
+                            base,
+                            stderr,
+                        };
                     }
                 }
                 assert!(
@@ -372,7 +379,10 @@ impl Posted {
 
     /// The response's error message.
     pub fn message(&self) -> String {
-        self.response()["error"]["message"].as_str().unwrap_or_default().to_owned()
+        self.response()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// True when the answer was an SSE stream.
@@ -410,10 +420,14 @@ impl SseReader {
             }
             let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
                 .await
-                .unwrap_or_else(|_| panic!("no SSE event within {limit:?}; buffered: {:?}", self.buffer))
+                .unwrap_or_else(|_| {
+                    panic!("no SSE event within {limit:?}; buffered: {:?}", self.buffer)
+                })
                 .expect("SSE body");
             match chunk {
-                Some(bytes) => self.buffer.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
+                Some(bytes) => self
+                    .buffer
+                    .push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
                 None => self.done = true,
             }
         }
@@ -502,7 +516,8 @@ impl Client {
             if text.trim().is_empty() {
                 Vec::new()
             } else {
-                vec![serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))]
+                vec![serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))]
             }
         };
         Posted {
@@ -515,7 +530,8 @@ impl Client {
 
     /// Posts a request and returns the response as a stream to read step by step.
     pub async fn open_stream(&self, method: &str, params: Value) -> (u16, String, SseReader) {
-        let body = json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
+        let body =
+            json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
         let response = self.builder(&body).send().await.expect("POST");
         let status = response.status().as_u16();
         let content_type = header(&response, "content-type").unwrap_or_default();
@@ -532,8 +548,10 @@ impl Client {
 
     /// Sends a request.
     pub async fn request(&self, method: &str, params: Value) -> Posted {
-        self.post(&json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params }))
-            .await
+        self.post(
+            &json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params }),
+        )
+        .await
     }
 
     /// Sends a notification; returns the HTTP status.
@@ -545,7 +563,9 @@ impl Client {
 
     /// Answers a server request; returns the HTTP status.
     pub async fn respond(&self, id: &Value, result: Value) -> u16 {
-        self.post(&json!({ "jsonrpc": "2.0", "id": id, "result": result })).await.status
+        self.post(&json!({ "jsonrpc": "2.0", "id": id, "result": result }))
+            .await
+            .status
     }
 
     /// `initialize` with `version` and `capabilities`, then
@@ -560,9 +580,22 @@ impl Client {
             .await;
         assert_eq!(answer.status, 200, "{answer:?}");
         let result = answer.result().clone();
-        self.session = Some(answer.session.clone().expect("initialize sets Mcp-Session-Id"));
-        self.version = Some(result["protocolVersion"].as_str().expect("version").to_owned());
-        assert_eq!(self.notify("notifications/initialized", json!({})).await, 202);
+        self.session = Some(
+            answer
+                .session
+                .clone()
+                .expect("initialize sets Mcp-Session-Id"),
+        );
+        self.version = Some(
+            result["protocolVersion"]
+                .as_str()
+                .expect("version")
+                .to_owned(),
+        );
+        assert_eq!(
+            self.notify("notifications/initialized", json!({})).await,
+            202
+        );
         result
     }
 
@@ -576,7 +609,11 @@ impl Client {
 
     /// `tools/call`.
     pub async fn call(&self, name: &str, arguments: Value) -> Posted {
-        self.request("tools/call", json!({ "name": name, "arguments": arguments })).await
+        self.request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .await
     }
 }
 
@@ -606,7 +643,10 @@ pub fn tool<'a>(tools: &'a [Value], name: &str) -> &'a Value {
 
 /// The text of the first content block of a CallToolResult.
 pub fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// A `taskgate serve --stdio` child: newline-delimited JSON-RPC.
@@ -637,7 +677,8 @@ impl StdioServer {
         let (tx, incoming) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
                 if tx.send(v).is_err() {
                     break;
                 }
@@ -674,10 +715,9 @@ impl StdioServer {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let m = self
-                .incoming
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no response to {id} within {limit:?}; seen {:?}", self.seen));
+            let m = self.incoming.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("no response to {id} within {limit:?}; seen {:?}", self.seen)
+            });
             if m.get("method").is_none() && m.get("id") == Some(id) {
                 return m;
             }
