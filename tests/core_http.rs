@@ -266,12 +266,14 @@ async fn restart_loses_nothing() {
     let after = client.get(&task_id).await;
     common::assert_detailed_task(&after, &task_id);
     assert_eq!(after["status"], "working", "{after}");
-    assert!(
-        after["statusMessage"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("step ")),
-        "progress from the run: {after}"
-    );
+    // The run's own progress reaches the new server.
+    client
+        .poll_until(&task_id, LONG, |t| {
+            t["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("step "))
+        })
+        .await;
 
     let done = client
         .poll_until(&task_id, Duration::from_secs(60), |t| {
