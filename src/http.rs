@@ -168,7 +168,7 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
     };
     let modern = match &message {
         crate::rpc::Message::Request { params, .. } | crate::rpc::Message::Notification { params, .. } => {
-            crate::modern::is_modern(params)
+            crate::modern::is_modern_http(params, Some(&headers))
         }
         crate::rpc::Message::Response { .. } => false,
     };

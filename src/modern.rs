@@ -29,6 +29,20 @@ pub fn is_modern(params: &Value) -> bool {
         .is_some()
 }
 
+/// True when an HTTP request is modern: its `_meta` names a version, or its
+/// `MCP-Protocol-Version` header names a modern version (a body that then lacks
+/// the `_meta` keys is a malformed modern request, answered -32602 with HTTP 400,
+/// not a legacy one: legacy sessions never send a modern version header).
+#[must_use]
+pub fn is_modern_http(params: &Value, headers: Option<&HeaderMap>) -> bool {
+    is_modern(params)
+        || headers
+            .and_then(|h| h.get("mcp-protocol-version"))
+            .and_then(|v| v.to_str().ok())
+            .and_then(Version::parse)
+            .is_some_and(|v| !Version::LEGACY.contains(&v))
+}
+
 /// What one modern request declared.
 struct Declared {
     tasks: bool,

@@ -39,7 +39,7 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
             async move {
-                let modern = modern::is_modern(&params);
+                let modern = modern::is_modern_http(&params, origin.headers);
                 let mut opened = None;
                 let outcome = if modern {
                     modern::handle(gw, origin.caller, origin.headers, &method, &params).await
