@@ -61,6 +61,11 @@ pub async fn handle(
     method: &str,
     params: &Value,
 ) -> Result<Value, RpcError> {
+    if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
+        // A header that disagrees with the body is a HeaderMismatch, whether or
+        // not the body's version is served.
+        require_header(headers, "mcp-protocol-version", version)?;
+    }
     let declared = check_meta(params)?;
     if let Some(headers) = headers {
         check_headers(gw, headers, method, params)?;
