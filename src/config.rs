@@ -193,6 +193,13 @@ pub struct ToolConfig {
     /// Longest a synchronous call of this tool waits. Default: `server.max_wait`.
     #[serde(default, with = "humantime_serde")]
     pub max_wait: Option<Duration>,
+    /// How long a 2026-07-28 `tools/call` that would create a task first waits
+    /// for the new run's first input request (when the call declared
+    /// elicitation). A request seen in that time is answered before the task
+    /// exists, as an `input_required` result (MRTR): the task is created on the
+    /// retry that answers it. Default `0s`: tasks are created at once.
+    #[serde(default, with = "humantime_serde")]
+    pub input_wait: Option<Duration>,
     /// The engine-specific target (a state machine, a Job template, a workflow, a
     /// command). See each engine's section.
     #[serde(default = "empty_table")]

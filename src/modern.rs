@@ -4,7 +4,11 @@
 //! Every request carries its protocol version and client capabilities in
 //! `_meta`; nothing carries over between requests.
 
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
 use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
@@ -46,6 +50,7 @@ pub fn is_modern_http(params: &Value, headers: Option<&HeaderMap>) -> bool {
 /// What one modern request declared.
 struct Declared {
     tasks: bool,
+    elicitation: bool,
 }
 
 /// Handles one modern request. `headers` is present on HTTP, where the header
@@ -141,7 +146,8 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
         .get("extensions")
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some();
-    Ok(Declared { tasks })
+    let elicitation = caps.get("elicitation").is_some();
+    Ok(Declared { tasks, elicitation })
 }
 
 /// Decodes a header value, including the `=?base64?…?=` form for non-ASCII values.
@@ -283,26 +289,133 @@ async fn call_tool(gw: &Gateway, caller: &str, params: &Value, declared: &Declar
     if !as_task && tool.config.mode == crate::config::ToolMode::Async {
         return Err(missing_tasks());
     }
-    let started = gw.start(caller, tool, args, Dialect::Modern, None).await?;
+    let empty = Map::new();
+    let responses = match params.get("inputResponses") {
+        None => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(RpcError::InvalidParams("inputResponses must be an object".into())),
+    };
+    let digest = arguments_digest(&args);
+    // The retry of an input_required result names its run in requestState;
+    // a first call starts one.
+    let (claims, handle) = match params.get("requestState") {
+        None => {
+            let started = gw.start(caller, tool, args, Dialect::Modern, None).await?;
+            (started.claims, started.handle)
+        }
+        Some(state) => {
+            let claims = state
+                .as_str()
+                .and_then(|s| gw.keys.open::<RequestState>(REQUEST_STATE, caller, s))
+                .filter(|r| r.claims.tool == tool.config.name && r.arguments == digest)
+                .filter(|r| !r.claims.expired_at(std::time::SystemTime::now()))
+                .map(|r| r.claims)
+                .ok_or_else(|| {
+                    RpcError::InvalidParams(
+                        "requestState is invalid: altered, expired, or from another call".into(),
+                    )
+                })?;
+            let handle = gw.keys.seal("task", caller, &claims);
+            (claims, handle)
+        }
+    };
+    // How long to wait for input before answering: a task is created after
+    // `input_wait` (or at once); a synchronous call waits for the outcome.
+    let limit = if as_task {
+        if declared.elicitation {
+            tool.config.input_wait.unwrap_or_default()
+        } else {
+            Duration::ZERO
+        }
+    } else {
+        tool.config.max_wait.unwrap_or(gw.server.max_wait)
+    };
+    let deadline = Instant::now() + limit;
+    let mut answered = HashSet::new();
+    let snapshot = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let snapshot = if left.is_zero() && as_task && answered.is_empty() && responses.is_empty() {
+            None
+        } else {
+            Some(gw.wait(tool, &claims.native, left, TASK_NOT_FOUND, |_| {}).await?)
+        };
+        let Some(snapshot) = snapshot else { break None };
+        let RunState::InputRequired { requests, .. } = &snapshot.state else {
+            break Some(snapshot);
+        };
+        if !declared.elicitation {
+            break Some(snapshot);
+        }
+        // Answers the client already sent (on this retry) for open requests.
+        let fresh: Map<String, Value> = responses
+            .iter()
+            .filter(|(k, _)| requests.contains_key(*k) && !answered.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !fresh.is_empty() {
+            gw.answer(tool, &claims.native, &fresh, TASK_NOT_FOUND).await?;
+            answered.extend(fresh.keys().cloned());
+            continue;
+        }
+        let state = RequestState {
+            claims: claims.clone(),
+            arguments: digest.clone(),
+        };
+        return Ok(json!({
+            "resultType": "input_required",
+            "inputRequests": input_requests(requests),
+            "requestState": gw.keys.seal(REQUEST_STATE, caller, &state),
+        }));
+    };
     if as_task {
-        let now = started.claims.created_at();
+        let now = claims.created_at();
         return Ok(json!({
             "resultType": "task",
-            "taskId": started.handle,
+            "taskId": handle,
             "status": "working",
             "createdAt": timestamp(now),
             "lastUpdatedAt": timestamp(now),
-            "ttlMs": started.claims.ttl_ms,
+            "ttlMs": claims.ttl_ms,
             "pollIntervalMs": tool.config.poll_interval.as_millis() as u64,
         }));
     }
-    let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
-    let snapshot = gw
-        .wait(tool, &started.claims.native, limit, TASK_NOT_FOUND, |_| {})
-        .await?;
+    let snapshot = snapshot.expect("a synchronous call always reads its run");
     let mut result = crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
     result["resultType"] = json!("complete");
     Ok(result)
+}
+
+/// Purpose of sealed `requestState` values (they never open as task ids).
+const REQUEST_STATE: &str = "mrtr";
+
+/// What a `requestState` holds: the run a `tools/call` started, bound to the
+/// tool and a digest of its arguments, so it resumes only the same call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RequestState {
+    #[serde(rename = "k")]
+    claims: TaskClaims,
+    #[serde(rename = "a")]
+    arguments: String,
+}
+
+fn arguments_digest(args: &Value) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(args.to_string().as_bytes()))
+}
+
+/// The `inputRequests` map of a run's open input requests.
+fn input_requests(requests: &std::collections::BTreeMap<String, taskgate_engine::InputRequest>) -> Value {
+    let map: Map<String, Value> = requests
+        .iter()
+        .map(|(key, r)| {
+            (
+                key.clone(),
+                json!({ "method": "elicitation/create", "params": {
+                    "mode": "form", "message": r.message, "requestedSchema": r.requested_schema } }),
+            )
+        })
+        .collect();
+    Value::Object(map)
 }
 
 /// The `DetailedTask` view of a run.
@@ -335,17 +448,7 @@ pub fn detailed_task(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: 
             if let Some(m) = message {
                 task["statusMessage"] = json!(m);
             }
-            let requests: Map<String, Value> = requests
-                .iter()
-                .map(|(key, r)| {
-                    (
-                        key.clone(),
-                        json!({ "method": "elicitation/create", "params": {
-                            "mode": "form", "message": r.message, "requestedSchema": r.requested_schema } }),
-                    )
-                })
-                .collect();
-            task["inputRequests"] = Value::Object(requests);
+            task["inputRequests"] = input_requests(requests);
         }
         RunState::Completed(output) => {
             task["status"] = json!("completed");
