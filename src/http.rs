@@ -195,7 +195,11 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
     } else {
         None
     };
-    let wants_stream = !modern
+    // Modern requests stream only for progress notifications (a tools/call that
+    // carries a progress token); legacy ones also for input requests.
+    let progress = matches!(&message, crate::rpc::Message::Request { method, params, .. }
+        if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some());
+    let wants_stream = (!modern || progress)
         && headers
             .get(header::ACCEPT)
             .and_then(|a| a.to_str().ok())

@@ -278,7 +278,7 @@ async fn wait_call(
     }
 }
 
-fn notify_progress(out: &Outbound, token: &Value, snapshot: &Snapshot, version: Version, last: &mut Option<(f64, Option<String>)>) {
+pub(crate) fn notify_progress(out: &Outbound, token: &Value, snapshot: &Snapshot, version: Version, last: &mut Option<(f64, Option<String>)>) {
     let RunState::Working { message, progress } = &snapshot.state else {
         return;
     };

@@ -14,6 +14,7 @@ use taskgate_engine::{RunState, Snapshot};
 
 use crate::gateway::{Gateway, Tool, TASK_NOT_FOUND};
 use crate::handle::{Dialect, TaskClaims};
+use crate::input::Outbound;
 use crate::rpc::RpcError;
 use crate::wire::{call_tool_result, server_info, timestamp, tool_entry, Version, INSTRUCTIONS};
 
@@ -63,6 +64,7 @@ pub async fn handle(
     gw: &Gateway,
     caller: &str,
     headers: Option<&HeaderMap>,
+    out: Option<&Outbound>,
     method: &str,
     params: &Value,
 ) -> Result<Value, RpcError> {
@@ -79,7 +81,7 @@ pub async fn handle(
         "server/discover" => Ok(discover()),
         "ping" => Ok(json!({ "resultType": "complete" })),
         "tools/list" => Ok(list_tools(gw)),
-        "tools/call" => call_tool(gw, caller, params, &declared).await,
+        "tools/call" => call_tool(gw, caller, out, params, &declared).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declared.tasks {
                 return Err(missing_tasks());
@@ -278,7 +280,13 @@ fn list_tools(gw: &Gateway) -> Value {
     json!({ "resultType": "complete", "tools": tools, "ttlMs": 60_000, "cacheScope": "public" })
 }
 
-async fn call_tool(gw: &Gateway, caller: &str, params: &Value, declared: &Declared) -> Result<Value, RpcError> {
+async fn call_tool(
+    gw: &Gateway,
+    caller: &str,
+    out: Option<&Outbound>,
+    params: &Value,
+    declared: &Declared,
+) -> Result<Value, RpcError> {
     let name = params
         .get("name")
         .and_then(Value::as_str)
@@ -332,12 +340,26 @@ async fn call_tool(gw: &Gateway, caller: &str, params: &Value, declared: &Declar
     };
     let deadline = Instant::now() + limit;
     let mut answered = HashSet::new();
+    // A synchronous call with a progress token reports progress on its stream.
+    let progress_token = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .filter(|_| !as_task)
+        .cloned();
+    let mut last_progress = None;
     let snapshot = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let snapshot = if left.is_zero() && as_task && answered.is_empty() && responses.is_empty() {
             None
         } else {
-            Some(gw.wait(tool, &claims.native, left, TASK_NOT_FOUND, |_| {}).await?)
+            Some(
+                gw.wait(tool, &claims.native, left, TASK_NOT_FOUND, |s| {
+                    if let (Some(out), Some(token)) = (out, &progress_token) {
+                        crate::legacy::notify_progress(out, token, s, Version::V2026_07_28, &mut last_progress);
+                    }
+                })
+                .await?,
+            )
         };
         let Some(snapshot) = snapshot else { break None };
         let RunState::InputRequired { requests, .. } = &snapshot.state else {

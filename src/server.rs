@@ -42,7 +42,7 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
                 let modern = modern::is_modern_http(&params, origin.headers);
                 let mut opened = None;
                 let outcome = if modern {
-                    modern::handle(gw, origin.caller, origin.headers, &method, &params).await
+                    modern::handle(gw, origin.caller, origin.headers, origin.out.as_ref(), &method, &params).await
                 } else if method == "initialize" {
                     let (session, result) = legacy::initialize(&params);
                     opened = Some(session);
