@@ -118,7 +118,7 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
         .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && is_loopback_host(rest.trim_end_matches('/')))
 }
 
-fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Box<Response>> {
     if gw.bearer.is_empty() {
         return Ok("anonymous".to_owned());
     }
@@ -140,7 +140,7 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"taskgate\""),
     );
-    Err(response)
+    Err(Box::new(response))
 }
 
 async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -157,7 +157,7 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
     }
     let caller = match authenticate(&gw, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return batch(&gw, &caller, &headers, &body).await;

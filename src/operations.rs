@@ -59,6 +59,13 @@ fn token_of(operation: &Value) -> Result<String, RpcError> {
 /// -32602 for a token already used with other arguments; engine errors.
 pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operation: &Value) -> Result<Value, RpcError> {
     let token = token_of(operation)?;
+    if !tool.capabilities.locate {
+        return Err(RpcError::InvalidParams(format!(
+            "Tool {} cannot run as a SEP-1391 operation: its engine cannot find a run again from its token \
+             (for GitHub Actions, set correlate = \"always\" in the tool's target)",
+            tool.name()
+        )));
+    }
     let run_name = gw.keys.derive_run_name(caller, tool.name(), &token);
     // Engines without idempotent starts (GitHub dispatch) are asked first.
     let existing = if !tool.capabilities.idempotent_start && tool.capabilities.locate {
@@ -66,22 +73,31 @@ pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operatio
     } else {
         None
     };
-    if existing.is_none() {
-        // The engine keeps the run EXPIRED_NOTICE past keepAlive, so a late
-        // request hears "expired" (see `read`) before it hears "not found".
-        let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
-        match gw
-            .start_retained(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name), retention)
-            .await
-        {
-            Ok(_) => {}
-            Err(RpcError::Engine(EngineError::Conflict { .. })) => {
-                return Err(RpcError::InvalidParams(format!(
-                    "Operation token {token:?} is already used by another operation (with other arguments)"
-                )))
+    let native = match existing {
+        Some(native) => native,
+        None => {
+            // The engine keeps the run EXPIRED_NOTICE past keepAlive, so a late
+            // request hears "expired" (see `read`) before it hears "not found".
+            let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
+            match gw
+                .start_retained(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name), retention)
+                .await
+            {
+                Ok(started) => started.claims.native,
+                Err(RpcError::Engine(EngineError::Conflict { .. })) => {
+                    return Err(RpcError::InvalidParams(format!(
+                        "Operation token {token:?} is already used by another operation (with other arguments)"
+                    )))
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
+    };
+    // A retry with the token of an expired operation reaches that (ended) run
+    // again: refuse it rather than answer as if a new run had started.
+    let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
+    if expired(tool, &snapshot) {
+        return Err(RpcError::NotFound(EXPIRED.into()));
     }
     let keep_alive = tool.config.keep_alive.as_secs();
     let poll = tool.config.poll_interval.as_secs_f64().ceil().max(1.0) as u64;
@@ -133,14 +149,18 @@ fn token_param(params: &Value) -> Result<&str, RpcError> {
 async fn read<'g>(gw: &'g Gateway, caller: &str, token: &str) -> Result<(&'g Tool, String, Snapshot), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
     let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
-    if snapshot.state.is_terminal() {
-        if let Some(ended) = snapshot.ended_at {
-            if ended + tool.config.keep_alive <= SystemTime::now() {
-                return Err(RpcError::NotFound(EXPIRED.into()));
-            }
-        }
+    if expired(tool, &snapshot) {
+        return Err(RpcError::NotFound(EXPIRED.into()));
     }
     Ok((tool, native, snapshot))
+}
+
+/// True once the run ended more than the tool's keepAlive ago.
+fn expired(tool: &Tool, snapshot: &Snapshot) -> bool {
+    snapshot.state.is_terminal()
+        && snapshot
+            .ended_at
+            .is_some_and(|ended| ended + tool.config.keep_alive <= SystemTime::now())
 }
 
 /// Handles `tools/async/status` and `tools/async/result`.

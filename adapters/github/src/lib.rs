@@ -408,7 +408,9 @@ impl Pipeline for GithubPipeline {
             cancel: true,
             input: self.target.approval.is_some(),
             idempotent_start: false,
-            locate: true,
+            // A run can be found by its name only when every dispatch carries the
+            // correlation input.
+            locate: self.target.correlate == config::Correlate::Always,
             max_retention: None,
         }
     }
