@@ -481,6 +481,19 @@ async fn keep_alive_expiry() {
         r.message(),
         "Failed to retrieve operation: Operation has expired"
     );
+    // A retry with the expired token is refused too, and starts nothing.
+    let retry = c
+        .request(
+            "tools/call",
+            json!({ "name": "brief", "arguments": { "label": "b", "steps": 1 }, "operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(retry.code(), -32602, "{:?}", retry.response());
+    assert_eq!(
+        retry.message(),
+        "Failed to retrieve operation: Operation has expired"
+    );
+    assert_eq!(setup.runs_of("brief").len(), 1);
 }
 
 fn many_tools(n: usize) -> Vec<ToolSpec> {
