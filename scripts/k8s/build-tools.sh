@@ -67,7 +67,7 @@ if ! comp_done kwok "$KWOK_VERSION" || [[ ! -x "$BIN_DIR/kwok" || ! -x "$BIN_DIR
   log "building kwok + kwokctl $KWOK_VERSION"
   t0=$(date +%s)
   GOBIN="$BIN_DIR" go install -trimpath \
-    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
+    -ldflags "-s -w" \
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" >&2
   comp_mark kwok "$KWOK_VERSION"
   log "kwok done in $(( $(date +%s) - t0 ))s"
