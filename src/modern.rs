@@ -79,7 +79,6 @@ pub async fn handle(
     }
     match method {
         "server/discover" => Ok(discover()),
-        "ping" => Ok(json!({ "resultType": "complete" })),
         "tools/list" => Ok(list_tools(gw)),
         "tools/call" => call_tool(gw, caller, out, params, &declared).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => {

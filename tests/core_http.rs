@@ -529,8 +529,8 @@ async fn oversized_body_is_413() {
     assert!(setup.runs().is_empty());
 
     // Just under the limit is served.
-    let ping = client.request("ping", json!({})).await;
-    assert_eq!(ping.status, 200);
+    let discover = client.request("server/discover", json!({})).await;
+    assert_eq!(discover.status, 200);
 }
 
 #[tokio::test]
@@ -538,10 +538,10 @@ async fn foreign_origin_is_403_and_local_origin_is_served() {
     let setup = Setup::new();
     let server = Server::start(&setup).await;
     let client = server.client();
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping",
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover",
         "params": { "_meta": common::modern_meta(false) } })
     .to_string();
-    let mut headers = Client::headers_for("ping", &json!({}));
+    let mut headers = Client::headers_for("server/discover", &json!({}));
     headers.push(("origin", "http://evil.example".to_owned()));
     let bad = client.post_raw(&headers, body.clone()).await;
     assert_eq!(bad.status, 403, "{}", bad.raw);
@@ -560,7 +560,7 @@ async fn raw_http(port: u16, host: &str, body: &str) -> (u16, String) {
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n\
-         Mcp-Method: ping\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         Mcp-Method: server/discover\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -584,7 +584,7 @@ async fn raw_http(port: u16, host: &str, body: &str) -> (u16, String) {
 async fn foreign_host_is_403() {
     let setup = Setup::new();
     let server = Server::start(&setup).await;
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping",
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover",
         "params": { "_meta": common::modern_meta(false) } })
     .to_string();
     let (status, response) =
@@ -765,7 +765,7 @@ async fn bearer_auth_is_required_when_configured() {
             server.client().with_token("token-of-mallory-0123456789"),
         ),
     ] {
-        let reply = client.request("ping", json!({})).await;
+        let reply = client.request("server/discover", json!({})).await;
         assert_eq!(reply.status, 401, "{what}: {}", reply.raw);
         let challenge = reply
             .headers
@@ -781,7 +781,7 @@ async fn bearer_auth_is_required_when_configured() {
     let ok = server
         .client()
         .with_token(&alice.token)
-        .request("ping", json!({}))
+        .request("server/discover", json!({}))
         .await;
     assert_eq!(ok.status, 200, "{}", ok.raw);
 }
