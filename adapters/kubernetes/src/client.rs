@@ -1,0 +1,415 @@
+//! The only module that talks to the Kubernetes API server: builds the `kube`
+//! client from the engine settings, makes each call once (kube's own retry layer
+//! is off: throttling is reported, not waited out), and maps every API error to an
+//! [`EngineError`] naming the refused verb and resource.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
+    WatchEvent, WatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::Status;
+use serde_json::Value;
+use taskgate_engine::{ConfigError, EngineError};
+
+use crate::config::EngineSettings;
+
+/// How long to wait for a TCP/TLS connection to the API server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a response may stay silent (a watch is bounded by its own timeout,
+/// always shorter).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(300);
+/// The field manager named on every write.
+pub const FIELD_MANAGER: &str = "taskgate";
+
+/// What a create answered.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// The Job was created (or, with a dry run, would be).
+    Job(Box<Job>),
+    /// A Job of that name exists already.
+    AlreadyExists,
+}
+
+/// A client for the Jobs and pods of one namespace.
+#[derive(Clone)]
+pub struct KubeClient {
+    client: kube::Client,
+    namespace: String,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeClient {
+    /// Builds the client from validated settings: reads the kubeconfig (or the
+    /// in-cluster service account). Makes no API call.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed `kubeconfig` or `context` when no usable
+    /// configuration is found.
+    pub async fn new(settings: &EngineSettings) -> Result<Self, ConfigError> {
+        let options = KubeConfigOptions {
+            context: settings.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let mut config = match &settings.kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path).map_err(|e| {
+                    ConfigError::new(
+                        "kubeconfig",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| ConfigError::new(context_key(settings), e.to_string()))?
+            }
+            None if settings.context.is_some() => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| ConfigError::new("context", e.to_string()))?,
+            None => kube::Config::infer().await.map_err(|e| {
+                ConfigError::new(
+                    "kubeconfig",
+                    format!("no Kubernetes configuration found (in-cluster, $KUBECONFIG or ~/.kube/config): {e}"),
+                )
+            })?,
+        };
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(READ_TIMEOUT);
+        config.default_retry = false;
+        let namespace = settings
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config)
+            .map_err(|e| ConfigError::new("kubeconfig", format!("cannot build a client: {e}")))?;
+        Ok(Self { client, namespace })
+    }
+
+    /// The namespace of this engine's Jobs.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn action(&self, verb: &str, resource: &str) -> String {
+        format!("{verb} {resource} in namespace {}", self.namespace)
+    }
+
+    /// Creates a Job (`dry_run`: validated by the server, not persisted).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`]; an existing name is [`Created::AlreadyExists`].
+    pub async fn create_job(&self, job: &Job, dry_run: bool) -> Result<Created, EngineError> {
+        let params = PostParams {
+            dry_run,
+            field_manager: Some(FIELD_MANAGER.into()),
+        };
+        match self.jobs().create(&params, job).await {
+            Ok(job) => Ok(Created::Job(Box::new(job))),
+            Err(kube::Error::Api(status))
+                if status.code == 409 && status.reason == "AlreadyExists" =>
+            {
+                Ok(Created::AlreadyExists)
+            }
+            Err(e) => Err(map_error(&self.action("create", "jobs.batch"), e)),
+        }
+    }
+
+    /// Reads a Job.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`]; see [`map_error`].
+    pub async fn get_job(&self, name: &str) -> Result<Job, EngineError> {
+        self.jobs()
+            .get(name)
+            .await
+            .map_err(|e| map_error(&self.action("get", "jobs.batch"), e))
+    }
+
+    /// Lists the pods of the Job with uid `uid` (label `batch.kubernetes.io/controller-uid`).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn job_pods(&self, uid: &str) -> Result<Vec<Pod>, EngineError> {
+        let params =
+            ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
+        self.pods()
+            .list(&params)
+            .await
+            .map(|list| list.items)
+            .map_err(|e| map_error(&self.action("list", "pods"), e))
+    }
+
+    /// The last `lines` lines (at most `limit_bytes`) of a container's log.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn pod_log(
+        &self,
+        pod: &str,
+        container: &str,
+        lines: u32,
+        limit_bytes: i64,
+    ) -> Result<String, EngineError> {
+        let params = LogParams {
+            container: Some(container.to_owned()),
+            tail_lines: Some(i64::from(lines)),
+            limit_bytes: Some(limit_bytes),
+            ..LogParams::default()
+        };
+        self.pods()
+            .logs(pod, &params)
+            .await
+            .map_err(|e| map_error(&self.action("get", "pods/log"), e))
+    }
+
+    /// Deletes a Job with background propagation, only if its uid is `uid`.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`]; [`EngineError::Conflict`] when the uid differs;
+    /// see [`map_error`].
+    pub async fn delete_job(&self, name: &str, uid: Option<&str>) -> Result<(), EngineError> {
+        let mut params = DeleteParams::background();
+        params.preconditions = uid.map(|uid| Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        });
+        self.jobs()
+            .delete(name, &params)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&self.action("delete", "jobs.batch"), e))
+    }
+
+    /// Applies a JSON merge patch to a Job (put `metadata.resourceVersion` in it
+    /// to make it conditional).
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Conflict`] when the resource version moved on; see
+    /// [`map_error`].
+    pub async fn patch_job(&self, name: &str, patch: &Value) -> Result<Job, EngineError> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.jobs()
+            .patch(name, &params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| map_error(&self.action("patch", "jobs.batch"), e))
+    }
+
+    /// Watches one Job from `resource_version` for at most `timeout` (the server
+    /// ends the watch then). Yields the Job after each change; `None` when it was
+    /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`]; errors inside the stream likewise.
+    pub async fn watch_job(
+        &self,
+        name: &str,
+        resource_version: &str,
+        timeout: Duration,
+    ) -> Result<impl Stream<Item = Result<Option<Job>, EngineError>> + Send + use<>, EngineError>
+    {
+        let secs = u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(secs);
+        let action = self.action("watch", "jobs.batch");
+        let stream = self
+            .jobs()
+            .watch(&params, resource_version)
+            .await
+            .map_err(|e| map_error(&action, e))?;
+        Ok(stream.filter_map(move |event| {
+            let action = action.clone();
+            async move {
+                match event {
+                    Ok(WatchEvent::Added(job) | WatchEvent::Modified(job)) => Some(Ok(Some(job))),
+                    Ok(WatchEvent::Deleted(_)) => Some(Ok(None)),
+                    Ok(WatchEvent::Bookmark(_)) => None,
+                    Ok(WatchEvent::Error(status)) => {
+                        Some(Err(map_error(&action, kube::Error::Api(status))))
+                    }
+                    Err(e) => Some(Err(map_error(&action, e))),
+                }
+            }
+        }))
+    }
+
+    /// What this identity may do in the namespace (SelfSubjectRulesReview).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn rules(&self) -> Result<SelfSubjectRulesReview, EngineError> {
+        let review = SelfSubjectRulesReview {
+            spec: SelfSubjectRulesReviewSpec {
+                namespace: Some(self.namespace.clone()),
+            },
+            ..SelfSubjectRulesReview::default()
+        };
+        Api::<SelfSubjectRulesReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| map_error("create selfsubjectrulesreviews.authorization.k8s.io", e))
+    }
+}
+
+fn context_key(settings: &EngineSettings) -> &'static str {
+    if settings.context.is_some() {
+        "context"
+    } else {
+        "kubeconfig"
+    }
+}
+
+/// Maps an error of the call `action` ("create jobs.batch in namespace x") to an
+/// [`EngineError`]: 401/403 → permission denied naming the action; 404 → not
+/// found; 409 → conflict; 400/422 → invalid input with the server's message;
+/// 429 → throttled (with the server's retry-after); 5xx, 410 and transport
+/// trouble → unavailable; the rest → internal.
+#[must_use]
+pub fn map_error(action: &str, error: kube::Error) -> EngineError {
+    match error {
+        kube::Error::Api(status) => map_status(action, &status),
+        e @ (kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::ReadEvents(_)
+        | kube::Error::Auth(_)) => EngineError::unavailable(format!("{action}: {e}"), e),
+        e @ kube::Error::SerdeError(_) => EngineError::Internal {
+            message: format!("{action}: cannot read the answer"),
+            source: Some(Box::new(e)),
+        },
+        e => EngineError::Internal {
+            message: format!("{action}: {e}"),
+            source: Some(Box::new(e)),
+        },
+    }
+}
+
+/// Maps an API server `Status` (see [`map_error`]).
+#[must_use]
+pub fn map_status(action: &str, status: &Status) -> EngineError {
+    let message = if status.message.is_empty() {
+        status.reason.clone()
+    } else {
+        status.message.clone()
+    };
+    match status.code {
+        401 => EngineError::PermissionDenied {
+            action: "authenticate to the API server".into(),
+            message,
+        },
+        403 => EngineError::PermissionDenied {
+            action: action.to_owned(),
+            message,
+        },
+        404 => EngineError::NotFound,
+        409 => EngineError::Conflict { message },
+        400 | 422 => EngineError::InvalidInput { message },
+        429 => EngineError::Throttled {
+            retry_after: status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(u64::from(s))),
+            message,
+        },
+        410 | 500..=599 => EngineError::Unavailable {
+            message: format!("{action}: {} {message}", status.code),
+            source: None,
+        },
+        code => EngineError::Internal {
+            message: format!("{action}: unexpected answer {code}: {message}"),
+            source: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(json: &str) -> Status {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn api_errors_map_to_engine_errors() {
+        // Bodies as the API server sends them (captured with the minimal Role).
+        let forbidden = status(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"secrets is forbidden: User \"system:serviceaccount:x:taskgate\" cannot list resource \"secrets\" in API group \"\" in the namespace \"x\"","reason":"Forbidden","details":{"kind":"secrets"},"code":403}"#,
+        );
+        match map_status("list secrets in namespace x", &forbidden) {
+            EngineError::PermissionDenied { action, message } => {
+                assert_eq!(action, "list secrets in namespace x");
+                assert!(message.contains("cannot list resource"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let throttled = status(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":7},"code":429}"#,
+        );
+        let e = map_status("get jobs.batch", &throttled);
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        let invalid = status(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Job.batch \"x\" is invalid: spec.template.spec.restartPolicy: Required value","reason":"Invalid","code":422}"#,
+        );
+        assert!(
+            matches!(map_status("create", &invalid), EngineError::InvalidInput { message } if message.contains("restartPolicy"))
+        );
+        let missing = status(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"jobs.batch \"x\" not found","reason":"NotFound","details":{"name":"x","group":"batch","kind":"jobs"},"code":404}"#,
+        );
+        assert!(matches!(map_status("get", &missing), EngineError::NotFound));
+        assert!(matches!(
+            map_status(
+                "x",
+                &status(
+                    r#"{"code":409,"reason":"Conflict","message":"the object has been modified"}"#
+                )
+            ),
+            EngineError::Conflict { .. }
+        ));
+        assert!(map_status("x", &status(r#"{"code":503,"message":"etcd down"}"#)).is_retryable());
+        assert!(
+            matches!(map_status("x", &status(r#"{"code":401,"message":"Unauthorized"}"#)), EngineError::PermissionDenied { action, .. } if action.contains("authenticate"))
+        );
+        assert!(matches!(
+            map_status("x", &status(r#"{"code":418}"#)),
+            EngineError::Internal { .. }
+        ));
+    }
+}

@@ -1,0 +1,472 @@
+//! Engine settings (`[engines.NAME]` with `kind = "kubernetes"`) and the tool
+//! target (`target = { … }` of a tool on such an engine). The doc comments of these
+//! structs are the user documentation; `README.md` repeats them with examples.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::batch::v1::Job;
+use serde::Deserialize;
+use serde_json::Value;
+use taskgate_engine::{from_value, ConfigError};
+
+/// The settings of a Kubernetes engine.
+///
+/// ```toml
+/// [engines.cluster]
+/// kind = "kubernetes"
+/// # kubeconfig = "/etc/taskgate/kubeconfig"   # default: in-cluster, else $KUBECONFIG, else ~/.kube/config
+/// # context = "prod"                          # default: the kubeconfig's current context
+/// namespace = "pipelines"                     # default: the context's namespace, else the pod's, else "default"
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Path of a kubeconfig file. When unset, kube's inference applies: the file
+    /// named by `$KUBECONFIG` or `~/.kube/config` when there is one, else the
+    /// in-cluster service account (token, CA and namespace of the pod).
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its `current-context`). Not allowed
+    /// without a kubeconfig file.
+    pub context: Option<String>,
+    /// The namespace every Job of this engine lives in (default: the context's
+    /// namespace, or the pod's namespace in-cluster, or `default`).
+    pub namespace: Option<String>,
+}
+
+impl EngineSettings {
+    /// Deserializes and validates the settings table.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed by the offending setting.
+    pub fn from_value(settings: Value) -> Result<Self, ConfigError> {
+        let settings: Self = from_value(settings)?;
+        if let Some(ns) = &settings.namespace {
+            check_dns_label(ns).map_err(|m| ConfigError::new("namespace", m))?;
+        }
+        if let Some(path) = &settings.kubeconfig {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::new("kubeconfig", "must not be empty"));
+            }
+        }
+        if let Some(context) = &settings.context {
+            if context.is_empty() {
+                return Err(ConfigError::new("context", "must not be empty"));
+            }
+        }
+        Ok(settings)
+    }
+}
+
+/// A tool's target: the Job template and how a call fills it in.
+///
+/// ```toml
+/// target = { template_file = "jobs/report.yaml", container = "main", args_env_prefix = "ARG_", args_json_env = "TASKGATE_ARGUMENTS" }
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ToolTarget {
+    /// Path of a YAML (or JSON) file holding one `batch/v1` Job, relative to the
+    /// folder taskgate starts in. Exactly one of `template_file` and `template`.
+    pub template_file: Option<PathBuf>,
+    /// The Job inline: a YAML string or a TOML table shaped like the Job object.
+    pub template: Option<InlineTemplate>,
+    /// The container that receives the arguments and whose termination message is
+    /// the result (default: the first container of the pod template).
+    pub container: Option<String>,
+    /// Each top-level argument becomes an environment variable named
+    /// `<prefix><KEY>` (the key upper-cased, anything but letters and digits
+    /// turned into `_`); strings as they are, other values as JSON.
+    pub args_env_prefix: Option<String>,
+    /// All arguments, as one JSON document, in this environment variable. When
+    /// neither this nor `args_env_prefix` is set, arguments go to
+    /// `TASKGATE_ARGUMENTS`.
+    pub args_json_env: Option<String>,
+    /// An approval gate: the Job is created suspended and the task asks the client
+    /// this question (input request key `approval`); accept resumes the Job,
+    /// decline or dismiss deletes it.
+    pub approval: Option<Approval>,
+    /// What cancelling a task does: `delete` (default) deletes the Job with
+    /// background propagation, `suspend` suspends it (its pods are stopped; the
+    /// Job stays, reads as cancelled, and is removed by its TTL or by hand).
+    #[serde(default)]
+    pub cancel: CancelMode,
+    /// How many lines of the pod's log a finished task's result carries
+    /// (default 20, at most 1000; 0 leaves the log out).
+    pub log_lines: Option<u32>,
+}
+
+/// An inline Job template: YAML text or a table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum InlineTemplate {
+    /// YAML (or JSON) text of one Job.
+    Yaml(String),
+    /// The Job as a table.
+    Table(BTreeMap<String, Value>),
+}
+
+/// The question of an approval gate.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// The question shown to a person.
+    pub message: String,
+    /// JSON Schema of the answer (a flat object schema); default: an empty object
+    /// schema (a plain yes/no).
+    pub schema: Option<Value>,
+}
+
+/// What a cancel does to the Job.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CancelMode {
+    /// Delete the Job (background propagation: its pods go after it).
+    #[default]
+    Delete,
+    /// Set `spec.suspend = true`: the Job controller stops its pods.
+    Suspend,
+}
+
+/// The default environment variable of the arguments as JSON.
+pub const DEFAULT_ARGS_JSON_ENV: &str = "TASKGATE_ARGUMENTS";
+/// Log lines in a result when the tool does not say.
+pub const DEFAULT_LOG_LINES: u32 = 20;
+/// The most log lines a tool may ask for.
+pub const MAX_LOG_LINES: u32 = 1000;
+
+/// A validated target: the parsed Job template and the resolved options.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    /// The Job template as parsed (not yet rendered).
+    pub template: Job,
+    /// The container receiving the arguments.
+    pub container: String,
+    /// `args_env_prefix`, if any.
+    pub args_env_prefix: Option<String>,
+    /// The JSON environment variable, if any (the default applied).
+    pub args_json_env: Option<String>,
+    /// The approval gate, with its schema defaulted.
+    pub approval: Option<ApprovalGate>,
+    /// What a cancel does.
+    pub cancel: CancelMode,
+    /// Log lines in a result.
+    pub log_lines: u32,
+}
+
+/// An approval gate with its schema resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalGate {
+    /// The question.
+    pub message: String,
+    /// The answer's JSON Schema.
+    pub schema: Value,
+}
+
+impl ToolTarget {
+    /// Validates the target: loads and parses the template, checks that it is a
+    /// `batch/v1` Job with a pod template, that the named container exists, that
+    /// its namespace (if any) is `namespace`, and that the options make sense.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed relative to the tool (`target.template`, …).
+    pub fn validate(&self, namespace: &str) -> Result<Bound, ConfigError> {
+        let (key, value) = match (&self.template_file, &self.template) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(ConfigError::new(
+                    "target",
+                    "set exactly one of template_file and template",
+                ))
+            }
+            (Some(path), None) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new(
+                        "target.template_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                ("target.template_file", parse_yaml(&text))
+            }
+            (None, Some(InlineTemplate::Yaml(text))) => ("target.template", parse_yaml(text)),
+            (None, Some(InlineTemplate::Table(table))) => (
+                "target.template",
+                Ok(Value::Object(table.clone().into_iter().collect())),
+            ),
+        };
+        let value = value.map_err(|m| ConfigError::new(key, m))?;
+        let template = parse_job(value, namespace).map_err(|m| ConfigError::new(key, m))?;
+        let containers = template
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|p| p.containers.as_slice())
+            .unwrap_or_default();
+        let container = match &self.container {
+            Some(name) => {
+                if !containers.iter().any(|c| &c.name == name) {
+                    return Err(ConfigError::new(
+                        "target.container",
+                        format!(
+                            "the pod template has no container {name:?} (it has {})",
+                            containers
+                                .iter()
+                                .map(|c| c.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+                name.clone()
+            }
+            None => containers
+                .first()
+                .map(|c| c.name.clone())
+                .ok_or_else(|| ConfigError::new(key, "the pod template has no containers"))?,
+        };
+        if let Some(prefix) = &self.args_env_prefix {
+            if !prefix.is_empty() && !is_env_name(prefix) {
+                return Err(ConfigError::new(
+                    "target.args_env_prefix",
+                    "must be letters, digits and _ and not start with a digit",
+                ));
+            }
+        }
+        if let Some(name) = &self.args_json_env {
+            if !is_env_name(name) {
+                return Err(ConfigError::new(
+                    "target.args_json_env",
+                    "must be letters, digits and _ and not start with a digit",
+                ));
+            }
+        }
+        let args_json_env = match (&self.args_env_prefix, &self.args_json_env) {
+            (None, None) => Some(DEFAULT_ARGS_JSON_ENV.to_owned()),
+            (_, json) => json.clone(),
+        };
+        let approval = match &self.approval {
+            None => None,
+            Some(a) => {
+                if a.message.trim().is_empty() {
+                    return Err(ConfigError::new(
+                        "target.approval.message",
+                        "must not be empty",
+                    ));
+                }
+                let schema = a
+                    .schema
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+                if schema.get("type").and_then(Value::as_str) != Some("object") {
+                    return Err(ConfigError::new(
+                        "target.approval.schema",
+                        "must be an object schema (type = \"object\")",
+                    ));
+                }
+                Some(ApprovalGate {
+                    message: a.message.clone(),
+                    schema,
+                })
+            }
+        };
+        let log_lines = self.log_lines.unwrap_or(DEFAULT_LOG_LINES);
+        if log_lines > MAX_LOG_LINES {
+            return Err(ConfigError::new(
+                "target.log_lines",
+                format!("at most {MAX_LOG_LINES}"),
+            ));
+        }
+        Ok(Bound {
+            template,
+            container,
+            args_env_prefix: self.args_env_prefix.clone(),
+            args_json_env,
+            approval,
+            cancel: self.cancel,
+            log_lines,
+        })
+    }
+}
+
+fn parse_yaml(text: &str) -> Result<Value, String> {
+    serde_yaml::from_str::<Value>(text).map_err(|e| format!("not a YAML document: {e}"))
+}
+
+/// Parses a Job template and checks what taskgate relies on.
+fn parse_job(value: Value, namespace: &str) -> Result<Job, String> {
+    if let Some(api_version) = value.get("apiVersion") {
+        if api_version != "batch/v1" {
+            return Err(format!("apiVersion must be batch/v1, not {api_version}"));
+        }
+    }
+    if let Some(kind) = value.get("kind") {
+        if kind != "Job" {
+            return Err(format!("kind must be Job, not {kind}"));
+        }
+    }
+    let job: Job = serde_json::from_value(value).map_err(|e| format!("not a batch/v1 Job: {e}"))?;
+    if let Some(ns) = &job.metadata.namespace {
+        if ns != namespace {
+            return Err(format!(
+                "metadata.namespace is {ns:?} but the engine's namespace is {namespace:?}; leave it out"
+            ));
+        }
+    }
+    let Some(spec) = &job.spec else {
+        return Err("the Job has no spec".into());
+    };
+    if spec
+        .template
+        .spec
+        .as_ref()
+        .is_none_or(|p| p.containers.is_empty())
+    {
+        return Err("spec.template.spec.containers is empty".into());
+    }
+    Ok(job)
+}
+
+/// True for a C-identifier-like environment variable name.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Checks an RFC 1123 DNS label (namespaces, Job names).
+///
+/// # Errors
+///
+/// What is wrong with `name`.
+pub fn check_dns_label(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a DNS label (lowercase letters, digits and '-', at most 63, starting and ending alphanumeric)"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const YAML: &str = "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n      - name: side\n        image: busybox\n";
+
+    fn target(v: Value) -> Result<Bound, ConfigError> {
+        from_value::<ToolTarget>(v)
+            .map_err(|e| e.within("target"))?
+            .validate("ns")
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(
+            EngineSettings::from_value(json!({"bogus": 1}))
+                .unwrap_err()
+                .key,
+            "bogus"
+        );
+        assert_eq!(
+            EngineSettings::from_value(json!({"namespace": "Bad_NS"}))
+                .unwrap_err()
+                .key,
+            "namespace"
+        );
+        let s = EngineSettings::from_value(json!({"namespace": "jobs", "context": "c"})).unwrap();
+        assert_eq!(s.namespace.as_deref(), Some("jobs"));
+    }
+
+    #[test]
+    fn a_yaml_template_binds_with_defaults() {
+        let b = target(json!({"template": YAML})).unwrap();
+        assert_eq!(b.container, "main");
+        assert_eq!(b.args_json_env.as_deref(), Some(DEFAULT_ARGS_JSON_ENV));
+        assert_eq!(b.cancel, CancelMode::Delete);
+        assert_eq!(b.log_lines, DEFAULT_LOG_LINES);
+        let b = target(json!({"template": YAML, "container": "side", "args_env_prefix": "ARG_", "cancel": "suspend"})).unwrap();
+        assert_eq!(b.container, "side");
+        assert_eq!(b.args_json_env, None);
+        assert_eq!(b.cancel, CancelMode::Suspend);
+    }
+
+    #[test]
+    fn a_table_template_binds() {
+        let table = json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
+        let b = target(json!({"template": table, "approval": {"message": "Go?"}})).unwrap();
+        assert_eq!(b.container, "c");
+        assert_eq!(b.approval.unwrap().schema["type"], "object");
+    }
+
+    #[test]
+    fn bad_targets_name_their_key() {
+        let cases = [
+            (json!({}), "target"),
+            (json!({"template": YAML, "template_file": "x"}), "target"),
+            (
+                json!({"template_file": "/nonexistent/x.yaml"}),
+                "target.template_file",
+            ),
+            (json!({"template": "kind: Pod\n"}), "target.template"),
+            (
+                json!({"template": "apiVersion: batch/v1\nkind: Job\n"}),
+                "target.template",
+            ),
+            (json!({"template": "a: [\n"}), "target.template"),
+            (
+                json!({"template": YAML.replace("kind: Job", "kind: Job\nmetadata:\n  namespace: other")}),
+                "target.template",
+            ),
+            (
+                json!({"template": YAML, "container": "nope"}),
+                "target.container",
+            ),
+            (
+                json!({"template": YAML, "args_json_env": "1X"}),
+                "target.args_json_env",
+            ),
+            (
+                json!({"template": YAML, "args_env_prefix": "A-"}),
+                "target.args_env_prefix",
+            ),
+            (json!({"template": YAML, "cancel": "explode"}), "target"),
+            (
+                json!({"template": YAML, "log_lines": 5000}),
+                "target.log_lines",
+            ),
+            (
+                json!({"template": YAML, "approval": {"message": " "}}),
+                "target.approval.message",
+            ),
+            (
+                json!({"template": YAML, "approval": {"message": "ok", "schema": {"type": "string"}}}),
+                "target.approval.schema",
+            ),
+            (json!({"template": YAML, "unknown": 1}), "target.unknown"),
+        ];
+        for (v, key) in cases {
+            let err = target(v.clone()).unwrap_err();
+            assert_eq!(err.key, key, "{v}: {err}");
+        }
+    }
+
+    #[test]
+    fn dns_labels() {
+        assert!(check_dns_label("tg-abc1").is_ok());
+        for bad in ["", "-a", "a-", "A", "a_b", &"a".repeat(64)] {
+            assert!(check_dns_label(bad).is_err(), "{bad}");
+        }
+    }
+}
