@@ -55,14 +55,17 @@ else
     echo "moto could not be started"
 fi
 if [ -x scripts/k8s/build-tools.sh ] && [ -x scripts/k8s/cluster-up.sh ]; then
-    if scripts/k8s/build-tools.sh >&2 && out=$(scripts/k8s/cluster-up.sh); then
-        eval "$out"
+    if kubeconfig=$(scripts/k8s/cluster-up.sh | tail -n 1) && [ -f "$kubeconfig" ]; then
+        export TASKGATE_KUBECONFIG="$kubeconfig"
         export TASKGATE_K8S_STARTED=1
     else
         echo "the Kubernetes control plane could not be started"
     fi
 fi
 
+if [ -n "${TASKGATE_KUBECONFIG:-}" ] && [ -x tests/k8s/smoke.sh ]; then
+    suite "kubernetes control plane smoke" tests/k8s/smoke.sh
+fi
 suite "cargo test" cargo test --workspace --no-fail-fast
 
 for setup in scripts/clients/*-setup.sh; do

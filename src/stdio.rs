@@ -17,6 +17,10 @@ use crate::legacy::Session;
 use crate::rpc::Message;
 use crate::server::{self, Origin};
 
+/// How many SEP-1391 calls of one connection are remembered for cancellation by
+/// request id.
+const MAX_REMEMBERED_CALLS: usize = 4096;
+
 /// The caller on stdio: the local user running the server.
 #[must_use]
 pub fn local_caller() -> String {
@@ -93,7 +97,13 @@ where
                 .and_then(Value::as_str)
             {
                 if method == "tools/call" {
-                    operations.lock().expect("lock").insert(id.to_string(), token.to_owned());
+                    let mut calls = operations.lock().expect("lock");
+                    // Bounded: a long-lived connection does not grow without end;
+                    // older calls can still be cancelled by _operation.token.
+                    if calls.len() >= MAX_REMEMBERED_CALLS {
+                        calls.clear();
+                    }
+                    calls.insert(id.to_string(), token.to_owned());
                 }
             }
         }
@@ -127,7 +137,11 @@ where
             }
         });
         if let Some(key) = request_key {
-            in_flight.lock().expect("lock").insert(key, abort);
+            let mut flight = in_flight.lock().expect("lock");
+            // A request may already have finished (and removed itself) by now.
+            if !abort.is_finished() {
+                flight.insert(key, abort);
+            }
         }
     }
     while tasks.join_next().await.is_some() {}
