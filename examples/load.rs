@@ -22,7 +22,13 @@ fn meta() -> Value {
     })
 }
 
-async fn post(client: &reqwest::Client, url: &str, method: &str, name: &str, params: Value) -> Value {
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    method: &str,
+    name: &str,
+    params: Value,
+) -> Value {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
     client
         .post(url)
@@ -39,11 +45,14 @@ async fn post(client: &reqwest::Client, url: &str, method: &str, name: &str, par
 }
 
 fn handle_costs() {
-    let keys = Keyring::new(&[("k1".into(), "0123456789abcdef0123456789abcdef-bench".into())]).expect("keys");
+    let keys = Keyring::new(&[("k1".into(), "0123456789abcdef0123456789abcdef-bench".into())])
+        .expect("keys");
     let claims = TaskClaims {
         dialect: Dialect::Modern,
         tool: "analyze_dataset".into(),
-        native: "arn:aws:states:us-east-1:123456789012:execution:Analyze:tg-abcdefghijklmnopqrstuvwxyz".into(),
+        native:
+            "arn:aws:states:us-east-1:123456789012:execution:Analyze:tg-abcdefghijklmnopqrstuvwxyz"
+                .into(),
         created_ms: 1_700_000_000_000,
         ttl_ms: Some(86_400_000),
     };
@@ -64,13 +73,18 @@ fn handle_costs() {
         let _: Option<TaskClaims> = keys.open("task", "mallory", &handle);
     }
     let refuse = t.elapsed() / n;
-    println!("handle: {} bytes; seal {seal:?}, open {open:?}, refuse (foreign caller) {refuse:?}", handle.len());
+    println!(
+        "handle: {} bytes; seal {seal:?}, open {open:?}, refuse (foreign caller) {refuse:?}",
+        handle.len()
+    );
 }
 
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
-    let url = args.next().unwrap_or_else(|| "http://127.0.0.1:8808/mcp".into());
+    let url = args
+        .next()
+        .unwrap_or_else(|| "http://127.0.0.1:8808/mcp".into());
     let clients: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(16);
     let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
 
@@ -85,7 +99,10 @@ async fn main() {
         json!({ "name": "analyze_dataset", "arguments": { "dataset": "bench", "seconds": seconds + 30 }, "_meta": meta() }),
     )
     .await;
-    let task = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    let task = created["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
 
     let until = Instant::now() + Duration::from_secs(seconds);
     let mut workers = Vec::new();
@@ -97,7 +114,14 @@ async fn main() {
             let mut latencies = Vec::new();
             while Instant::now() < until {
                 let t = Instant::now();
-                let r = post(&client, &url, "tasks/get", &task, json!({ "taskId": task, "_meta": meta() })).await;
+                let r = post(
+                    &client,
+                    &url,
+                    "tasks/get",
+                    &task,
+                    json!({ "taskId": task, "_meta": meta() }),
+                )
+                .await;
                 assert!(r["result"]["status"].is_string(), "{r}");
                 latencies.push(t.elapsed());
             }
@@ -118,5 +142,12 @@ async fn main() {
         pct(0.99),
         all[all.len() - 1]
     );
-    let _ = post(&client, &url, "tasks/cancel", &task, json!({ "taskId": task, "_meta": meta() })).await;
+    let _ = post(
+        &client,
+        &url,
+        "tasks/cancel",
+        &task,
+        json!({ "taskId": task, "_meta": meta() }),
+    )
+    .await;
 }

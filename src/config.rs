@@ -307,11 +307,14 @@ mod tests {
         f
     }
 
-    const MINIMAL: &str = "[keys]\nseal = [{ id = \"k1\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+    const MINIMAL: &str =
+        "[keys]\nseal = [{ id = \"k1\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n";
 
     #[test]
     fn unknown_key_is_named_with_its_path() {
-        let f = write(&format!("{MINIMAL}[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n"));
+        let f = write(&format!(
+            "{MINIMAL}[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n"
+        ));
         let err = load(f.path()).unwrap_err();
         assert_eq!(err.key, "server.lisen", "{err}");
         assert!(err.to_string().contains(&f.path().display().to_string()));

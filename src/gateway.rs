@@ -162,9 +162,14 @@ impl Gateway {
 
         let mut built = BTreeMap::new();
         for (name, settings) in &cfg.engines {
-            let engine = engines::build(settings.clone())
-                .await
-                .map_err(|e| err(format!("engines.{name}.{}", e.key).trim_end_matches('.').to_owned(), e.message))?;
+            let engine = engines::build(settings.clone()).await.map_err(|e| {
+                err(
+                    format!("engines.{name}.{}", e.key)
+                        .trim_end_matches('.')
+                        .to_owned(),
+                    e.message,
+                )
+            })?;
             built.insert(name.clone(), engine);
         }
 
@@ -234,7 +239,11 @@ impl Gateway {
     /// # Errors
     ///
     /// -32602 naming each failing field and the reason. Nothing reaches the engine.
-    pub fn check_arguments(&self, tool: &Tool, arguments: Option<&Value>) -> Result<Value, RpcError> {
+    pub fn check_arguments(
+        &self,
+        tool: &Tool,
+        arguments: Option<&Value>,
+    ) -> Result<Value, RpcError> {
         let args = match arguments {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(v) => v.clone(),
@@ -277,8 +286,15 @@ impl Gateway {
         dialect: Dialect,
         run_name: Option<String>,
     ) -> Result<Started, RpcError> {
-        self.start_retained(caller, tool, arguments, dialect, run_name, tool.config.keep_alive)
-            .await
+        self.start_retained(
+            caller,
+            tool,
+            arguments,
+            dialect,
+            run_name,
+            tool.config.keep_alive,
+        )
+        .await
     }
 
     /// As [`Gateway::start`], asking the engine to keep the run for `retention`
@@ -344,7 +360,12 @@ impl Gateway {
     /// # Errors
     ///
     /// [`RpcError::NotFound`] when the engine no longer has it; engine errors.
-    pub async fn read(&self, tool: &Tool, native: &str, not_found: &str) -> Result<Snapshot, RpcError> {
+    pub async fn read(
+        &self,
+        tool: &Tool,
+        native: &str,
+        not_found: &str,
+    ) -> Result<Snapshot, RpcError> {
         tool.pipeline
             .read(&native.to_owned())
             .await
@@ -390,7 +411,12 @@ impl Gateway {
     /// # Errors
     ///
     /// As [`Gateway::read`]; cancel not supported by the engine → -32602.
-    pub async fn cancel(&self, tool: &Tool, native: &str, not_found: &str) -> Result<Snapshot, RpcError> {
+    pub async fn cancel(
+        &self,
+        tool: &Tool,
+        native: &str,
+        not_found: &str,
+    ) -> Result<Snapshot, RpcError> {
         let snapshot = self.read(tool, native, not_found).await?;
         if snapshot.state.is_terminal() {
             return Ok(snapshot);
@@ -433,10 +459,15 @@ impl Gateway {
                 continue;
             };
             let response: InputResponse = serde_json::from_value(value.clone()).map_err(|e| {
-                RpcError::InvalidParams(format!("inputResponses.{key}: not an elicitation result: {e}"))
+                RpcError::InvalidParams(format!(
+                    "inputResponses.{key}: not an elicitation result: {e}"
+                ))
             })?;
             if response.action == taskgate_engine::InputAction::Accept {
-                let content = response.content.clone().unwrap_or(Value::Object(Map::new()));
+                let content = response
+                    .content
+                    .clone()
+                    .unwrap_or(Value::Object(Map::new()));
                 if let Ok(v) = jsonschema::draft202012::new(&request.requested_schema) {
                     let problems: Vec<String> = v
                         .iter_errors(&content)
@@ -472,11 +503,22 @@ fn not_found_as(e: EngineError, not_found: &str) -> RpcError {
 /// The first characters of a handle, for logs (never the whole bearer secret).
 #[must_use]
 pub fn short(handle: &str) -> String {
-    let tail: String = handle.chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+    let tail: String = handle
+        .chars()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     format!("…{tail}")
 }
 
-fn secret_from(env: Option<&str>, file: Option<&Path>, inline: Option<&str>) -> Result<String, String> {
+fn secret_from(
+    env: Option<&str>,
+    file: Option<&Path>,
+    inline: Option<&str>,
+) -> Result<String, String> {
     match (env, file, inline) {
         (Some(var), None, None) => match std::env::var(var) {
             Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
@@ -486,6 +528,8 @@ fn secret_from(env: Option<&str>, file: Option<&Path>, inline: Option<&str>) -> 
             .map(|s| s.trim().to_owned())
             .map_err(|e| format!("cannot read {}: {e}", path.display())),
         (None, None, Some(v)) => Ok(v.to_owned()),
-        _ => Err("give exactly one of secret_env/token_env, secret_file/token_file or dev_secret".into()),
+        _ => Err(
+            "give exactly one of secret_env/token_env, secret_file/token_file or dev_secret".into(),
+        ),
     }
 }

@@ -173,7 +173,12 @@ impl Keyring {
     /// does not open: a made-up string, an unknown key id, altered bytes, another
     /// caller or purpose.
     #[must_use]
-    pub fn open<T: DeserializeOwned>(&self, purpose: &str, caller: &str, handle: &str) -> Option<T> {
+    pub fn open<T: DeserializeOwned>(
+        &self,
+        purpose: &str,
+        caller: &str,
+        handle: &str,
+    ) -> Option<T> {
         let mut parts = handle.splitn(3, '.');
         if parts.next()? != PREFIX {
             return None;
@@ -204,7 +209,8 @@ impl Keyring {
     /// `tg-` and 26 base32 characters (130 bits).
     #[must_use]
     pub fn derive_run_name(&self, caller: &str, tool: &str, token: &str) -> String {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.keys[0].mac).expect("any key size");
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.keys[0].mac).expect("any key size");
         for part in [caller, tool, token] {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part.as_bytes());
@@ -292,8 +298,16 @@ mod tests {
         assert!(h.starts_with("tg1.k1."));
         assert!(!h.contains("arn"), "native ids never appear in clear");
         assert_eq!(k.open::<TaskClaims>("task", "alice", &h), Some(claims()));
-        assert_eq!(k.open::<TaskClaims>("task", "bob", &h), None, "foreign caller");
-        assert_eq!(k.open::<TaskClaims>("session", "alice", &h), None, "other purpose");
+        assert_eq!(
+            k.open::<TaskClaims>("task", "bob", &h),
+            None,
+            "foreign caller"
+        );
+        assert_eq!(
+            k.open::<TaskClaims>("session", "alice", &h),
+            None,
+            "other purpose"
+        );
     }
 
     #[test]
@@ -322,7 +336,10 @@ mod tests {
         let old = ring(&[("k1", S1)]);
         let h_old = old.seal("task", "a", &claims());
         let rotated = ring(&[("k2", S2), ("k1", S1)]);
-        assert_eq!(rotated.open::<TaskClaims>("task", "a", &h_old), Some(claims()));
+        assert_eq!(
+            rotated.open::<TaskClaims>("task", "a", &h_old),
+            Some(claims())
+        );
         assert!(rotated.seal("task", "a", &claims()).starts_with("tg1.k2."));
     }
 
@@ -343,7 +360,9 @@ mod tests {
         for name in [a, random_run_name()] {
             assert_eq!(name.len(), 29, "{name}");
             assert!(name.starts_with("tg-"));
-            assert!(name[3..].bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+            assert!(name[3..]
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
         }
         assert_ne!(random_run_name(), random_run_name());
     }

@@ -22,9 +22,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
         .route(
             "/mcp",
-            post(mcp)
-                .get(method_not_allowed)
-                .delete(method_not_allowed),
+            post(mcp).get(method_not_allowed).delete(method_not_allowed),
         )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
@@ -103,19 +101,24 @@ fn host_allowed(gw: &Gateway, host: &str) -> bool {
         return true;
     }
     is_loopback_host(host)
-        || allowed.iter().any(|h| {
-            h == host || host.rsplit_once(':').is_some_and(|(name, _)| name == h)
-        })
+        || allowed
+            .iter()
+            .any(|h| h == host || host.rsplit_once(':').is_some_and(|(name, _)| name == h))
 }
 
 fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
-    if gw.server.allowed_origins.iter().any(|o| o == origin || o == "*") {
+    if gw
+        .server
+        .allowed_origins
+        .iter()
+        .any(|o| o == origin || o == "*")
+    {
         return true;
     }
     // A page served from this machine may call a loopback server.
-    origin
-        .split_once("://")
-        .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && is_loopback_host(rest.trim_end_matches('/')))
+    origin.split_once("://").is_some_and(|(scheme, rest)| {
+        matches!(scheme, "http" | "https") && is_loopback_host(rest.trim_end_matches('/'))
+    })
 }
 
 fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Box<Response>> {
@@ -167,7 +170,8 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
         Err((status, body)) => return json_response(status, &body),
     };
     let modern = match &message {
-        crate::rpc::Message::Request { params, .. } | crate::rpc::Message::Notification { params, .. } => {
+        crate::rpc::Message::Request { params, .. }
+        | crate::rpc::Message::Notification { params, .. } => {
             crate::modern::is_modern_http(params, Some(&headers))
         }
         crate::rpc::Message::Response { .. } => false,
@@ -338,7 +342,10 @@ async fn streamed(
         (Some(work), rx, Some(first)),
         |(work, mut rx, pending)| async move {
             if let Some(message) = pending {
-                return Some((Ok::<_, std::convert::Infallible>(sse_event(&message)), (work, rx, None)));
+                return Some((
+                    Ok::<_, std::convert::Infallible>(sse_event(&message)),
+                    (work, rx, None),
+                ));
             }
             let mut work = work?;
             tokio::select! {
@@ -362,7 +369,10 @@ async fn streamed(
 fn sse_response(body: axum::body::Body) -> Response {
     let mut response = Response::new(body);
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
@@ -383,7 +393,9 @@ mod tests {
             .await
             .unwrap();
         let status = resp.status().as_u16();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
         (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -402,13 +414,23 @@ mod tests {
     #[tokio::test]
     async fn batches_only_in_2025_03_26() {
         let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
-        let (status, body) = post(app().await, &[("mcp-protocol-version", "2025-03-26")], batch).await;
+        let (status, body) = post(
+            app().await,
+            &[("mcp-protocol-version", "2025-03-26")],
+            batch,
+        )
+        .await;
         assert_eq!(status, 200, "{body}");
         let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
         assert_eq!(answers.len(), 2);
         assert_eq!(answers[0]["id"], 1);
         assert!(answers[1]["result"]["tools"].is_array());
-        let (status, body) = post(app().await, &[("mcp-protocol-version", "2025-06-18")], batch).await;
+        let (status, body) = post(
+            app().await,
+            &[("mcp-protocol-version", "2025-06-18")],
+            batch,
+        )
+        .await;
         assert_eq!(status, 400, "{body}");
         assert!(body.contains("-32600"));
         let (status, _) = post(app().await, &[], "[]").await;
@@ -417,10 +439,21 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for h in ["localhost", "localhost:8808", "127.0.0.1:1", "[::1]:80", "[::1]"] {
+        for h in [
+            "localhost",
+            "localhost:8808",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "[::1]",
+        ] {
             assert!(is_loopback_host(h), "{h}");
         }
-        for h in ["evil.example", "evil.example:8808", "127.0.0.2", "localhost.evil.example"] {
+        for h in [
+            "evil.example",
+            "evil.example:8808",
+            "127.0.0.2",
+            "localhost.evil.example",
+        ] {
             assert!(!is_loopback_host(h), "{h}");
         }
     }

@@ -66,7 +66,8 @@ pub fn ask(
         params.insert("message".into(), json!(request.message));
         params.insert("requestedSchema".into(), request.requested_schema.clone());
         decorate(&mut params);
-        let message = json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params });
+        let message =
+            json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params });
         if out.send(message).is_err() {
             tracing::debug!("the client stream closed before an input request could be sent");
         }

@@ -65,7 +65,10 @@ impl Session {
 /// Answers `initialize`: the session it opens and the result.
 #[must_use]
 pub fn initialize(params: &Value) -> (Session, Value) {
-    let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let version = Version::parse(requested)
         .filter(|v| Version::LEGACY.contains(v))
         .unwrap_or(Version::LEGACY[0]);
@@ -103,14 +106,24 @@ fn long_running_client(session: &Session) -> bool {
 #[must_use]
 pub fn visible(tool: &Tool, session: &Session) -> bool {
     long_running_client(session)
-        || !(tool.config.mode == ToolMode::Async && tool.config.legacy_policy() == LegacyPolicy::Hide)
+        || !(tool.config.mode == ToolMode::Async
+            && tool.config.legacy_policy() == LegacyPolicy::Hide)
 }
 
 /// The companion tools of the `handles` policy.
 const COMPANIONS: [(&str, &str); 3] = [
-    ("taskgate_task_status", "Check the status of a long-running call, given the handle that call returned."),
-    ("taskgate_task_result", "Fetch the result of a finished long-running call, given the handle that call returned."),
-    ("taskgate_task_cancel", "Cancel a long-running call, given the handle that call returned."),
+    (
+        "taskgate_task_status",
+        "Check the status of a long-running call, given the handle that call returned.",
+    ),
+    (
+        "taskgate_task_result",
+        "Fetch the result of a finished long-running call, given the handle that call returned.",
+    ),
+    (
+        "taskgate_task_cancel",
+        "Cancel a long-running call, given the handle that call returned.",
+    ),
 ];
 
 fn companions_listed(gw: &Gateway, session: &Session) -> bool {
@@ -173,7 +186,13 @@ pub async fn handle(
     }
 }
 
-async fn call(gw: &Gateway, caller: &str, session: &Session, out: Option<&Outbound>, params: &Value) -> Result<Value, RpcError> {
+async fn call(
+    gw: &Gateway,
+    caller: &str,
+    session: &Session,
+    out: Option<&Outbound>,
+    params: &Value,
+) -> Result<Value, RpcError> {
     let name = params
         .get("name")
         .and_then(Value::as_str)
@@ -217,15 +236,19 @@ async fn call(gw: &Gateway, caller: &str, session: &Session, out: Option<&Outbou
     }
     match (tool.is_long_running(), tool.config.legacy_policy()) {
         (true, LegacyPolicy::Handles) => {
-            let started = gw.start(caller, tool, args, Dialect::LegacyHandle, None).await?;
+            let started = gw
+                .start(caller, tool, args, Dialect::LegacyHandle, None)
+                .await?;
             let text = format!(
                 "{name} started. Its handle is {}. Check it with taskgate_task_status, fetch the result with \
                  taskgate_task_result, or stop it with taskgate_task_cancel, passing this exact handle.",
                 started.handle
             );
-            let mut result = json!({ "content": [{ "type": "text", "text": text }], "isError": false });
+            let mut result =
+                json!({ "content": [{ "type": "text", "text": text }], "isError": false });
             if version_structured(session) {
-                result["structuredContent"] = json!({ "handle": started.handle, "status": "working" });
+                result["structuredContent"] =
+                    json!({ "handle": started.handle, "status": "working" });
             }
             Ok(result)
         }
@@ -248,10 +271,15 @@ async fn wait_call(
     args: Value,
     params: &Value,
 ) -> Result<Value, RpcError> {
-    let started = gw.start(caller, tool, args, Dialect::LegacyHandle, None).await?;
+    let started = gw
+        .start(caller, tool, args, Dialect::LegacyHandle, None)
+        .await?;
     let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
     let deadline = std::time::Instant::now() + limit;
-    let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
+    let progress_token = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .cloned();
     let mut sent = HashSet::new();
     let mut last_progress = None;
     loop {
@@ -266,19 +294,52 @@ async fn wait_call(
         match &snapshot.state {
             RunState::InputRequired { requests, .. } if session.elicitation && out.is_some() => {
                 let none = |_: &mut Map<String, Value>| {};
-                input::ask(gw, caller, out.expect("checked"), tool, &started.claims.native, requests, session.version(), &mut sent, &none);
+                input::ask(
+                    gw,
+                    caller,
+                    out.expect("checked"),
+                    tool,
+                    &started.claims.native,
+                    requests,
+                    session.version(),
+                    &mut sent,
+                    &none,
+                );
                 if std::time::Instant::now() >= deadline {
-                    return sync_outcome(tool, &snapshot, session.version(), limit, Some(&started.handle));
+                    return sync_outcome(
+                        tool,
+                        &snapshot,
+                        session.version(),
+                        limit,
+                        Some(&started.handle),
+                    );
                 }
                 let pause = tool.config.poll_interval.min(Duration::from_secs(1));
-                tokio::time::sleep(pause.min(deadline.saturating_duration_since(std::time::Instant::now()))).await;
+                tokio::time::sleep(
+                    pause.min(deadline.saturating_duration_since(std::time::Instant::now())),
+                )
+                .await;
             }
-            _ => return sync_outcome(tool, &snapshot, session.version(), limit, Some(&started.handle)),
+            _ => {
+                return sync_outcome(
+                    tool,
+                    &snapshot,
+                    session.version(),
+                    limit,
+                    Some(&started.handle),
+                )
+            }
         }
     }
 }
 
-pub(crate) fn notify_progress(out: &Outbound, token: &Value, snapshot: &Snapshot, version: Version, last: &mut Option<(f64, Option<String>)>) {
+pub(crate) fn notify_progress(
+    out: &Outbound,
+    token: &Value,
+    snapshot: &Snapshot,
+    version: Version,
+    last: &mut Option<(f64, Option<String>)>,
+) {
     let RunState::Working { message, progress } = &snapshot.state else {
         return;
     };
@@ -301,7 +362,13 @@ pub(crate) fn notify_progress(out: &Outbound, token: &Value, snapshot: &Snapshot
 }
 
 /// The companion tools of the `handles` policy; `None` when `name` is not one.
-async fn companion(gw: &Gateway, caller: &str, session: &Session, name: &str, params: &Value) -> Result<Option<Value>, RpcError> {
+async fn companion(
+    gw: &Gateway,
+    caller: &str,
+    session: &Session,
+    name: &str,
+    params: &Value,
+) -> Result<Option<Value>, RpcError> {
     if !COMPANIONS.iter().any(|(n, _)| *n == name) {
         return Ok(None);
     }
@@ -324,7 +391,9 @@ async fn companion(gw: &Gateway, caller: &str, session: &Session, name: &str, pa
     Ok(Some(match name {
         "taskgate_task_status" => {
             let detail = match &snapshot.state {
-                RunState::Working { message: Some(m), .. } => format!(" ({m})"),
+                RunState::Working {
+                    message: Some(m), ..
+                } => format!(" ({m})"),
                 RunState::Failed { message } => format!(" ({message})"),
                 _ => String::new(),
             };
@@ -336,7 +405,10 @@ async fn companion(gw: &Gateway, caller: &str, session: &Session, name: &str, pa
         }
         "taskgate_task_result" => match &snapshot.state {
             RunState::Completed(output) => call_tool_result(output, session.version()),
-            _ => text_result(format!("{} is {status}; there is no result yet.", tool.name()), !matches!(snapshot.state, RunState::Working { .. })),
+            _ => text_result(
+                format!("{} is {status}; there is no result yet.", tool.name()),
+                !matches!(snapshot.state, RunState::Working { .. }),
+            ),
         },
         _ => {
             gw.cancel(tool, &claims.native, TASK_NOT_FOUND).await?;
@@ -352,7 +424,13 @@ async fn companion(gw: &Gateway, caller: &str, session: &Session, name: &str, pa
 /// # Errors
 ///
 /// A failed run (protocol-level failure) → -32603.
-pub fn sync_outcome(tool: &Tool, snapshot: &Snapshot, version: Version, limit: Duration, handle: Option<&str>) -> Result<Value, RpcError> {
+pub fn sync_outcome(
+    tool: &Tool,
+    snapshot: &Snapshot,
+    version: Version,
+    limit: Duration,
+    handle: Option<&str>,
+) -> Result<Value, RpcError> {
     let text = |t: String| json!({ "content": [{ "type": "text", "text": t }], "isError": true });
     let handle_note = handle
         .map(|h| format!(" Its handle is {h}."))

@@ -119,7 +119,11 @@ async fn run(command: Command) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            println!("{}: configuration is valid ({} tools)", config.display(), gw.tools().len());
+            println!(
+                "{}: configuration is valid ({} tools)",
+                config.display(),
+                gw.tools().len()
+            );
             let mut ok = true;
             for (name, engine) in &gw.engines {
                 match engine.probe().await {
@@ -160,7 +164,9 @@ async fn run(command: Command) -> ExitCode {
                 let tools: Vec<serde_json::Value> = gw
                     .tools()
                     .iter()
-                    .map(|t| taskgate::wire::tool_entry(t, taskgate::wire::Version::V2026_07_28, None))
+                    .map(|t| {
+                        taskgate::wire::tool_entry(t, taskgate::wire::Version::V2026_07_28, None)
+                    })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
                 ExitCode::SUCCESS

@@ -107,7 +107,8 @@ pub async fn handle(
                             ))
                         }
                     };
-                    gw.answer(tool, &claims.native, responses, TASK_NOT_FOUND).await?;
+                    gw.answer(tool, &claims.native, responses, TASK_NOT_FOUND)
+                        .await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
                 _ => {
@@ -129,7 +130,9 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
     let version = meta
         .get(META_VERSION)
         .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::MissingMeta(format!("_meta[\"{META_VERSION}\"] must be a string")))?;
+        .ok_or_else(|| {
+            RpcError::MissingMeta(format!("_meta[\"{META_VERSION}\"] must be a string"))
+        })?;
     if version != Version::V2026_07_28.as_str() {
         return Err(RpcError::UnsupportedVersion {
             supported: vec![Version::V2026_07_28.as_str()],
@@ -138,10 +141,14 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
         });
     }
     let caps = meta.get(META_CAPABILITIES).ok_or_else(|| {
-        RpcError::MissingMeta(format!("_meta[\"{META_CAPABILITIES}\"] is required on every request"))
+        RpcError::MissingMeta(format!(
+            "_meta[\"{META_CAPABILITIES}\"] is required on every request"
+        ))
     })?;
     if !caps.is_object() {
-        return Err(RpcError::MissingMeta(format!("_meta[\"{META_CAPABILITIES}\"] must be an object")));
+        return Err(RpcError::MissingMeta(format!(
+            "_meta[\"{META_CAPABILITIES}\"] must be an object"
+        )));
     }
     let tasks = caps
         .get("extensions")
@@ -157,7 +164,10 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
     let Ok(text) = raw.to_str() else {
         return Some(Err(()));
     };
-    if let Some(inner) = text.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+    if let Some(inner) = text
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
         use base64::Engine as _;
         return Some(
             base64::engine::general_purpose::STANDARD
@@ -172,8 +182,12 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
 
 fn require_header(headers: &HeaderMap, name: &str, expected: &str) -> Result<(), RpcError> {
     match header_value(headers, name) {
-        None => Err(RpcError::HeaderMismatch(format!("the {name} header is required"))),
-        Some(Err(())) => Err(RpcError::HeaderMismatch(format!("the {name} header is malformed"))),
+        None => Err(RpcError::HeaderMismatch(format!(
+            "the {name} header is required"
+        ))),
+        Some(Err(())) => Err(RpcError::HeaderMismatch(format!(
+            "the {name} header is malformed"
+        ))),
         Some(Ok(v)) if v == expected => Ok(()),
         Some(Ok(v)) => Err(RpcError::HeaderMismatch(format!(
             "the {name} header ({v:?}) does not match the body ({expected:?})"
@@ -181,7 +195,12 @@ fn require_header(headers: &HeaderMap, name: &str, expected: &str) -> Result<(),
     }
 }
 
-fn check_headers(gw: &Gateway, headers: &HeaderMap, method: &str, params: &Value) -> Result<(), RpcError> {
+fn check_headers(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    method: &str,
+    params: &Value,
+) -> Result<(), RpcError> {
     let version = params["_meta"][META_VERSION].as_str().unwrap_or_default();
     require_header(headers, "mcp-protocol-version", version)?;
     require_header(headers, "mcp-method", method)?;
@@ -192,7 +211,10 @@ fn check_headers(gw: &Gateway, headers: &HeaderMap, method: &str, params: &Value
         _ => None,
     };
     if let Some(field) = name_field {
-        let expected = params.get(field).and_then(Value::as_str).unwrap_or_default();
+        let expected = params
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         require_header(headers, "mcp-name", expected)?;
     }
     if method == "tools/call" {
@@ -209,8 +231,17 @@ fn check_headers(gw: &Gateway, headers: &HeaderMap, method: &str, params: &Value
 
 /// Arguments whose schema says `x-mcp-header: NAME` must be mirrored in the
 /// `Mcp-Param-NAME` header.
-fn check_param_headers(tool: &Tool, headers: &HeaderMap, args: Option<&Value>) -> Result<(), RpcError> {
-    let Some(props) = tool.config.input_schema.get("properties").and_then(Value::as_object) else {
+fn check_param_headers(
+    tool: &Tool,
+    headers: &HeaderMap,
+    args: Option<&Value>,
+) -> Result<(), RpcError> {
+    let Some(props) = tool
+        .config
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+    else {
         return Ok(());
     };
     for (prop, schema) in props {
@@ -249,7 +280,9 @@ fn check_param_headers(tool: &Tool, headers: &HeaderMap, args: Option<&Value>) -
                 )))
             }
             (Some(_), Some(Err(()))) => {
-                return Err(RpcError::HeaderMismatch(format!("the Mcp-Param-{header} header is malformed")))
+                return Err(RpcError::HeaderMismatch(format!(
+                    "the Mcp-Param-{header} header is malformed"
+                )))
             }
         }
     }
@@ -300,7 +333,11 @@ async fn call_tool(
     let responses = match params.get("inputResponses") {
         None => &empty,
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(RpcError::InvalidParams("inputResponses must be an object".into())),
+        Some(_) => {
+            return Err(RpcError::InvalidParams(
+                "inputResponses must be an object".into(),
+            ))
+        }
     };
     let digest = arguments_digest(&args);
     // The retry of an input_required result names its run in requestState;
@@ -354,7 +391,13 @@ async fn call_tool(
             Some(
                 gw.wait(tool, &claims.native, left, TASK_NOT_FOUND, |s| {
                     if let (Some(out), Some(token)) = (out, &progress_token) {
-                        crate::legacy::notify_progress(out, token, s, Version::V2026_07_28, &mut last_progress);
+                        crate::legacy::notify_progress(
+                            out,
+                            token,
+                            s,
+                            Version::V2026_07_28,
+                            &mut last_progress,
+                        );
                     }
                 })
                 .await?,
@@ -374,7 +417,8 @@ async fn call_tool(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !fresh.is_empty() {
-            gw.answer(tool, &claims.native, &fresh, TASK_NOT_FOUND).await?;
+            gw.answer(tool, &claims.native, &fresh, TASK_NOT_FOUND)
+                .await?;
             answered.extend(fresh.keys().cloned());
             continue;
         }
@@ -401,7 +445,8 @@ async fn call_tool(
         }));
     }
     let snapshot = snapshot.expect("a synchronous call always reads its run");
-    let mut result = crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
+    let mut result =
+        crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
     result["resultType"] = json!("complete");
     Ok(result)
 }
@@ -425,7 +470,9 @@ fn arguments_digest(args: &Value) -> String {
 }
 
 /// The `inputRequests` map of a run's open input requests.
-fn input_requests(requests: &std::collections::BTreeMap<String, taskgate_engine::InputRequest>) -> Value {
+fn input_requests(
+    requests: &std::collections::BTreeMap<String, taskgate_engine::InputRequest>,
+) -> Value {
     let map: Map<String, Value> = requests
         .iter()
         .map(|(key, r)| {
@@ -441,7 +488,12 @@ fn input_requests(requests: &std::collections::BTreeMap<String, taskgate_engine:
 
 /// The `DetailedTask` view of a run.
 #[must_use]
-pub fn detailed_task(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Snapshot) -> Value {
+pub fn detailed_task(
+    task_id: &str,
+    claims: &TaskClaims,
+    tool: &Tool,
+    snapshot: &Snapshot,
+) -> Value {
     let created = claims.created_at();
     let updated = snapshot.updated_at.unwrap_or(created).max(created);
     let poll = snapshot

@@ -57,7 +57,13 @@ fn token_of(operation: &Value) -> Result<String, RpcError> {
 /// # Errors
 ///
 /// -32602 for a token already used with other arguments; engine errors.
-pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operation: &Value) -> Result<Value, RpcError> {
+pub async fn call(
+    gw: &Gateway,
+    caller: &str,
+    tool: &Tool,
+    args: Value,
+    operation: &Value,
+) -> Result<Value, RpcError> {
     let token = token_of(operation)?;
     if !tool.capabilities.locate {
         return Err(RpcError::InvalidParams(format!(
@@ -112,7 +118,11 @@ pub async fn call(gw: &Gateway, caller: &str, tool: &Tool, args: Value, operatio
 
 /// Finds the run of `token` across the long-running tools, asking the engines in
 /// parallel (one `locate` per tool).
-async fn find<'g>(gw: &'g Gateway, caller: &str, token: &str) -> Result<(&'g Tool, String), RpcError> {
+async fn find<'g>(
+    gw: &'g Gateway,
+    caller: &str,
+    token: &str,
+) -> Result<(&'g Tool, String), RpcError> {
     let candidates: Vec<&Tool> = gw
         .tools()
         .iter()
@@ -146,7 +156,11 @@ fn token_param(params: &Value) -> Result<&str, RpcError> {
 }
 
 /// Reads the run of `token`, refusing it once its keepAlive has passed.
-async fn read<'g>(gw: &'g Gateway, caller: &str, token: &str) -> Result<(&'g Tool, String, Snapshot), RpcError> {
+async fn read<'g>(
+    gw: &'g Gateway,
+    caller: &str,
+    token: &str,
+) -> Result<(&'g Tool, String, Snapshot), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
     let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
     if expired(tool, &snapshot) {
@@ -190,7 +204,17 @@ pub async fn handle(
                             p.insert("_operation".into(), json!({ "token": token }));
                         };
                         let mut sent = HashSet::new();
-                        input::ask(gw, caller, out, tool, &native, requests, session.version(), &mut sent, &decorate);
+                        input::ask(
+                            gw,
+                            caller,
+                            out,
+                            tool,
+                            &native,
+                            requests,
+                            session.version(),
+                            &mut sent,
+                            &decorate,
+                        );
                     }
                 }
                 _ => {}
@@ -198,7 +222,9 @@ pub async fn handle(
             Ok(status)
         }
         _ => match &snapshot.state {
-            RunState::Completed(output) => Ok(json!({ "result": call_tool_result(output, session.version()) })),
+            RunState::Completed(output) => {
+                Ok(json!({ "result": call_tool_result(output, session.version()) }))
+            }
             RunState::Failed { message } => Ok(json!({ "result": {
                 "content": [{ "type": "text", "text": message }], "isError": true } })),
             other => Err(RpcError::InvalidParams(format!(

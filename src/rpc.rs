@@ -226,7 +226,9 @@ impl Message {
         let id = obj.remove("id");
         if let Some(id) = &id {
             if !(id.is_string() || id.is_number()) {
-                return Err(RpcError::InvalidRequest("id must be a string or number".into()));
+                return Err(RpcError::InvalidRequest(
+                    "id must be a string or number".into(),
+                ));
             }
         }
         match (obj.remove("method"), id) {

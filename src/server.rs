@@ -42,7 +42,15 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
                 let modern = modern::is_modern_http(&params, origin.headers);
                 let mut opened = None;
                 let outcome = if modern {
-                    modern::handle(gw, origin.caller, origin.headers, origin.out.as_ref(), &method, &params).await
+                    modern::handle(
+                        gw,
+                        origin.caller,
+                        origin.headers,
+                        origin.out.as_ref(),
+                        &method,
+                        &params,
+                    )
+                    .await
                 } else if method == "initialize" {
                     let (session, result) = legacy::initialize(&params);
                     opened = Some(session);
@@ -56,7 +64,15 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
                             &assumed
                         }
                     };
-                    legacy::handle(gw, origin.caller, session, origin.out.as_ref(), &method, &params).await
+                    legacy::handle(
+                        gw,
+                        origin.caller,
+                        session,
+                        origin.out.as_ref(),
+                        &method,
+                        &params,
+                    )
+                    .await
                 };
                 match outcome {
                     Ok(result) => Dispatched {
@@ -98,15 +114,21 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
             }
         }
         Message::Response { id, result, error } => {
-            if let Err(e) =
-                crate::input::route_response(gw, origin.caller, &id, result.as_ref(), error.as_ref()).await
+            if let Err(e) = crate::input::route_response(
+                gw,
+                origin.caller,
+                &id,
+                result.as_ref(),
+                error.as_ref(),
+            )
+            .await
             {
                 log_error(&e);
             }
             Dispatched {
-            body: None,
-            status: 202,
-            opened: None,
+                body: None,
+                status: 202,
+                opened: None,
             }
         }
     }

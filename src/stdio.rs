@@ -72,7 +72,10 @@ where
         };
         if let Message::Notification { method, params } = &message {
             if method == "notifications/cancelled" {
-                let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
+                let key = params
+                    .get("requestId")
+                    .map(Value::to_string)
+                    .unwrap_or_default();
                 if let Some(handle) = in_flight.lock().expect("lock").remove(&key) {
                     handle.abort();
                     tracing::info!(request = %key, "request cancelled by the client");

@@ -38,14 +38,21 @@ pub fn execution(tool: &Tool) -> Option<Value> {
 /// # Errors
 ///
 /// -32601 when the tool cannot run as a task; argument and engine errors.
-pub async fn call_as_task(gw: &Gateway, caller: &str, tool: &Tool, args: Value) -> Result<Value, RpcError> {
+pub async fn call_as_task(
+    gw: &Gateway,
+    caller: &str,
+    tool: &Tool,
+    args: Value,
+) -> Result<Value, RpcError> {
     if tool.config.mode == ToolMode::Sync {
         return Err(RpcError::MethodNotFound(format!(
             "tool {} does not support task-augmented calls (taskSupport is forbidden)",
             tool.name()
         )));
     }
-    let started = gw.start(caller, tool, args, Dialect::Tasks2025, None).await?;
+    let started = gw
+        .start(caller, tool, args, Dialect::Tasks2025, None)
+        .await?;
     let snapshot = Snapshot::new(RunState::Working {
         message: None,
         progress: None,
@@ -62,11 +69,16 @@ pub async fn call_as_task(gw: &Gateway, caller: &str, tool: &Tool, args: Value) 
 pub fn task_view(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Snapshot) -> Value {
     let created = claims.created_at();
     let updated = snapshot.updated_at.unwrap_or(created).max(created);
-    let poll = snapshot.poll_hint.unwrap_or_default().max(tool.config.poll_interval);
+    let poll = snapshot
+        .poll_hint
+        .unwrap_or_default()
+        .max(tool.config.poll_interval);
     let (status, message) = match &snapshot.state {
         RunState::Working { message, .. } => ("working", message.clone()),
         RunState::InputRequired { message, .. } => ("input_required", message.clone()),
-        RunState::Completed(out) if out.is_error => ("failed", Some("The tool reported an error".to_owned())),
+        RunState::Completed(out) if out.is_error => {
+            ("failed", Some("The tool reported an error".to_owned()))
+        }
         RunState::Completed(_) => ("completed", None),
         RunState::Failed { message } => ("failed", Some(message.clone())),
         RunState::Cancelled { message } => ("cancelled", message.clone()),
@@ -161,18 +173,36 @@ async fn result(
                     let decorate = |p: &mut serde_json::Map<String, Value>| {
                         p.insert("_meta".into(), json!({ RELATED_TASK: related }));
                     };
-                    input::ask(gw, caller, out, tool, &claims.native, requests, Version::V2025_11_25, &mut sent, &decorate);
+                    input::ask(
+                        gw,
+                        caller,
+                        out,
+                        tool,
+                        &claims.native,
+                        requests,
+                        Version::V2025_11_25,
+                        &mut sent,
+                        &decorate,
+                    );
                 }
             }
             RunState::Working { .. } => {}
         }
         if Instant::now() >= deadline {
-            return Err(RpcError::Engine(taskgate_engine::EngineError::DeadlineExceeded {
-                operation: "tasks/result (the task is still running; call tasks/result again)",
-                after: limit,
-            }));
+            return Err(RpcError::Engine(
+                taskgate_engine::EngineError::DeadlineExceeded {
+                    operation: "tasks/result (the task is still running; call tasks/result again)",
+                    after: limit,
+                },
+            ));
         }
         // Input requested and sent: give the client a poll interval to answer.
-        tokio::time::sleep(tool.config.poll_interval.min(Duration::from_secs(1)).min(deadline - Instant::now())).await;
+        tokio::time::sleep(
+            tool.config
+                .poll_interval
+                .min(Duration::from_secs(1))
+                .min(deadline - Instant::now()),
+        )
+        .await;
     }
 }

@@ -125,7 +125,9 @@ pub fn call_tool_result(output: &ToolOutput, version: Version) -> Value {
                 }
                 link
             }
-            Content::Link { uri, name, .. } => json!({ "type": "text", "text": format!("{name}: {uri}") }),
+            Content::Link { uri, name, .. } => {
+                json!({ "type": "text", "text": format!("{name}: {uri}") })
+            }
         })
         .collect();
     let mut result = json!({ "content": content, "isError": output.is_error });

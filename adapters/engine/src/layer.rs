@@ -91,7 +91,8 @@ impl Pipeline for Deadlines {
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
-        self.run("cancel", self.deadline, self.inner.cancel(run)).await
+        self.run("cancel", self.deadline, self.inner.cancel(run))
+            .await
     }
 
     async fn answer(
@@ -163,7 +164,13 @@ mod tests {
             keep_alive: None,
         };
         let err = p.start(req).await.unwrap_err();
-        assert!(matches!(err, EngineError::DeadlineExceeded { operation: "start", .. }));
+        assert!(matches!(
+            err,
+            EngineError::DeadlineExceeded {
+                operation: "start",
+                ..
+            }
+        ));
         assert!(err.is_retryable());
         p.read(&"r".to_owned()).await.unwrap();
         assert_eq!(meter.calls(), 2);
@@ -174,10 +181,17 @@ mod tests {
     async fn defaults_answer_unsupported() {
         let p = Slow;
         let err = p.cancel(&"r".to_owned()).await.unwrap_err();
-        assert!(matches!(err, EngineError::Unsupported { operation: "cancel" }));
+        assert!(matches!(
+            err,
+            EngineError::Unsupported {
+                operation: "cancel"
+            }
+        ));
         assert!(matches!(
             p.locate("tg-x").await.unwrap_err(),
-            EngineError::Unsupported { operation: "locate" }
+            EngineError::Unsupported {
+                operation: "locate"
+            }
         ));
     }
 }

@@ -14,12 +14,9 @@ pub mod testing;
 
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallMeter, Deadlines};
-pub use pipeline::{
-    from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl,
-};
+pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
 pub use state::{
-    Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot,
-    ToolOutput,
+    Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
 };
 
 /// Re-exported so engines implement the traits with the same macro version.
