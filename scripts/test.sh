@@ -24,7 +24,6 @@ step() { echo; echo "==== $* ($(( $(date +%s) - started_at ))s)"; }
 suite() {
     local name=$1
     shift
-    step "$name"
     local t0=$(date +%s)
     if "$@"; then
         passed=$((passed + 1))
@@ -44,6 +43,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The Kubernetes binaries build (Go, long on a new machine, downloads included)
+# alongside the Rust build.
+k8s_build_pid=""
+if [ -x scripts/k8s/build-tools.sh ]; then
+    scripts/k8s/build-tools.sh >"$TASKGATE_CACHE/k8s-build-tools.log" 2>&1 &
+    k8s_build_pid=$!
+fi
+
 step "build"
 cargo build --workspace --all-targets || { echo "build failed"; exit 1; }
 export TASKGATE_BIN="$root/target/debug/taskgate"
@@ -54,7 +61,11 @@ if out=$(scripts/moto/up.sh); then
 else
     echo "moto could not be started"
 fi
-if [ -x scripts/k8s/build-tools.sh ] && [ -x scripts/k8s/cluster-up.sh ]; then
+if [ -n "$k8s_build_pid" ] && ! wait "$k8s_build_pid"; then
+    echo "building the Kubernetes binaries failed:"
+    tail -n 30 "$TASKGATE_CACHE/k8s-build-tools.log"
+fi
+if [ -x scripts/k8s/cluster-up.sh ]; then
     if kubeconfig=$(scripts/k8s/cluster-up.sh | tail -n 1) && [ -f "$kubeconfig" ]; then
         export TASKGATE_KUBECONFIG="$kubeconfig"
         export TASKGATE_K8S_STARTED=1
