@@ -24,6 +24,8 @@ step() { echo; echo "==== $* ($(( $(date +%s) - started_at ))s)"; }
 suite() {
     local name=$1
     shift
+    echo
+    echo "==== suite: $name"
     local t0=$(date +%s)
     if "$@"; then
         passed=$((passed + 1))
