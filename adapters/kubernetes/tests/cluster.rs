@@ -99,6 +99,26 @@ impl Cluster {
             .subsec_nanos();
         let ns = format!("tg-e2e-{test}-{}-{}", std::process::id(), nanos % 100_000);
         let namespaces: Api<Namespace> = Api::all(admin.clone());
+        // Namespaces left behind by failed runs (a panicking test skips `done`).
+        let stale = namespaces
+            .list(&ListParams::default().labels("taskgate.io/e2e=true"))
+            .await
+            .unwrap();
+        for old in stale.items {
+            let age = old.metadata.creation_timestamp.map(|t| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::from(t.0))
+                    .unwrap_or_default()
+            });
+            if age.is_some_and(|a| a > Duration::from_secs(600)) {
+                let _ = namespaces
+                    .delete(
+                        &old.metadata.name.unwrap_or_default(),
+                        &DeleteParams::background(),
+                    )
+                    .await;
+            }
+        }
         let namespace = Namespace {
             metadata: ObjectMeta {
                 name: Some(ns.clone()),
