@@ -10,6 +10,7 @@ pub const KINDS: &[&str] = &[
     taskgate_exec::KIND,
     taskgate_stepfunctions::KIND,
     taskgate_github::KIND,
+    taskgate_kubernetes::KIND,
 ];
 
 /// Builds one engine from its `[engines.NAME]` table.
@@ -37,6 +38,7 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
         taskgate_exec::KIND => taskgate_exec::build(settings).await,
         taskgate_stepfunctions::KIND => taskgate_stepfunctions::build(settings).await,
         taskgate_github::KIND => taskgate_github::build(settings).await,
+        taskgate_kubernetes::KIND => taskgate_kubernetes::build(settings).await,
         other => Err(ConfigError::new(
             "kind",
             format!("unknown engine kind {other:?}; one of {}", KINDS.join(", ")),
