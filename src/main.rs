@@ -76,6 +76,9 @@ fn main() -> ExitCode {
         return taskgate_exec::supervise_main(args);
     }
     init_logs(cli.log_format);
+    // Several TLS crypto backends are compiled in (engines bring their own);
+    // rustls needs the process to choose one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -52,6 +52,9 @@ pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
 /// A [`ConfigError`] keyed by the offending setting.
 pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings = EngineSettings::from_value(settings)?;
+    // With several TLS crypto backends compiled in (the AWS SDK brings another),
+    // rustls cannot pick one by itself: choose ring unless the process already did.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = KubeClient::new(&settings).await?;
     Ok(Arc::new(Kubernetes { client }))
 }
