@@ -355,6 +355,27 @@ impl Gateway {
         found.ok_or_else(|| RpcError::NotFound(not_found.to_owned()))
     }
 
+    /// Opens the task named by `params.taskId` and notes it (shortened) on the
+    /// request's log span.
+    ///
+    /// # Errors
+    ///
+    /// -32602 when `taskId` is missing; [`RpcError::NotFound`] as [`Gateway::open`].
+    pub fn open_task_param<'p>(
+        &self,
+        caller: &str,
+        dialect: Dialect,
+        params: &'p Value,
+    ) -> Result<(&'p str, TaskClaims, &Tool), RpcError> {
+        let task_id = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
+        let (claims, tool) = self.open(caller, dialect, task_id, TASK_NOT_FOUND)?;
+        tracing::Span::current().record("task", short(task_id));
+        Ok((task_id, claims, tool))
+    }
+
     /// Reads the run once.
     ///
     /// # Errors

@@ -85,12 +85,7 @@ pub async fn handle(
             if !declared.tasks {
                 return Err(missing_tasks());
             }
-            let task_id = params
-                .get("taskId")
-                .and_then(Value::as_str)
-                .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
-            let (claims, tool) = gw.open(caller, Dialect::Modern, task_id, TASK_NOT_FOUND)?;
-            tracing::Span::current().record("task", crate::gateway::short(task_id));
+            let (task_id, claims, tool) = gw.open_task_param(caller, Dialect::Modern, params)?;
             match method {
                 "tasks/get" => {
                     let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;

@@ -110,12 +110,7 @@ pub async fn handle(
     method: &str,
     params: &Value,
 ) -> Result<Value, RpcError> {
-    let task_id = params
-        .get("taskId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
-    let (claims, tool) = gw.open(caller, Dialect::Tasks2025, task_id, TASK_NOT_FOUND)?;
-    tracing::Span::current().record("task", crate::gateway::short(task_id));
+    let (task_id, claims, tool) = gw.open_task_param(caller, Dialect::Tasks2025, params)?;
     match method {
         "tasks/get" => {
             let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;
