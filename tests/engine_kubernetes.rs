@@ -1,0 +1,868 @@
+//! The Kubernetes engine through the server binary, on the real control plane of
+//! `scripts/k8s/cluster-up.sh` (kube-apiserver, controller manager, scheduler, a
+//! kwok node; pod behaviour from pod-template annotations, `tests/k8s/README.md`).
+//!
+//! Each test makes its own namespace holding exactly `deploy/rbac.yaml`, mints a
+//! token of that ServiceAccount (TokenRequest), writes a kubeconfig with it, and
+//! runs `taskgate serve` with `[engines.k8s] kind = "kubernetes"` on that
+//! kubeconfig — never as admin — so every test proves the minimal Role suffices
+//! end to end. The tests drive the server as MCP clients over HTTP (2026-07-28
+//! tasks, 2025-11-25 tasks, SEP-1391) and check upstream effects with the admin
+//! client.
+//!
+//! The admin kubeconfig comes from `TASKGATE_KUBECONFIG`: skipped when unset,
+//! failed when `TASKGATE_REQUIRE_E2E=1`. Every wait polls against a deadline.
+
+mod engines_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use engines_support::{until, Legacy, Modern, Setup};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{json, Value};
+use taskgate_engine::testing::e2e_endpoint;
+
+/// The longest any single wait of these tests lasts.
+const LIMIT: Duration = Duration::from_secs(60);
+/// Label of the namespaces these tests (and `adapters/kubernetes/tests`) make.
+const E2E_LABEL: &str = "taskgate.io/e2e";
+
+fn repo_file(rel: &str) -> String {
+    let path = format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// A namespace with the objects of `deploy/rbac.yaml`, a kubeconfig carrying a
+/// token of its ServiceAccount, and the admin client for checks.
+struct Cluster {
+    admin: kube::Client,
+    ns: String,
+    /// The kubeconfig of the ServiceAccount `taskgate` (what the server uses).
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn new(test: &str) -> Option<Self> {
+        let admin_path = e2e_endpoint("TASKGATE_KUBECONFIG")?;
+        // With several rustls backends compiled in, one must be chosen.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .expect("admin kubeconfig");
+        let admin = kube::Client::try_from(config).expect("admin client");
+
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let ns = format!(
+            "tg-e2e-bin-{test}-{}-{}",
+            std::process::id(),
+            nanos % 100_000
+        );
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        sweep(&namespaces).await;
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.clone()),
+                labels: Some([(E2E_LABEL.to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create namespace");
+        // The ServiceAccount admission plugin refuses pods until `default` exists.
+        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+        until("the default service account", LIMIT, || async {
+            match sas.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        let sa = apply_rbac(&admin, &ns).await;
+        let token = token(&admin, &ns, &sa).await;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("taskgate-{ns}-"))
+            .tempdir()
+            .expect("tempdir");
+        let kubeconfig = token_kubeconfig(&admin_path, &token, dir.path());
+        Some(Self {
+            admin,
+            ns,
+            kubeconfig,
+            dir,
+        })
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    /// Every Job in the namespace.
+    async fn all_jobs(&self) -> Vec<Job> {
+        self.jobs()
+            .list(&ListParams::default())
+            .await
+            .expect("list jobs")
+            .items
+    }
+
+    /// The only Job in the namespace.
+    async fn only_job(&self) -> Job {
+        let mut jobs = self.all_jobs().await;
+        assert_eq!(
+            jobs.len(),
+            1,
+            "expected one Job: {:?}",
+            jobs.iter().map(|j| &j.metadata.name).collect::<Vec<_>>()
+        );
+        jobs.remove(0)
+    }
+
+    /// Writes a Job template (see [`job_template`]) as a YAML file; its path.
+    fn template_file(&self, file: &str, spec: Value, annotations: Value) -> String {
+        let path = self.dir.path().join(file);
+        std::fs::write(&path, job_template(spec, annotations)).expect("write template");
+        path.to_str().unwrap().to_owned()
+    }
+
+    /// A server configuration: the engine `k8s` with the ServiceAccount's
+    /// kubeconfig and namespace, then `tools` (TOML `[[tools]]` blocks).
+    fn setup(&self, tools: &str) -> Setup {
+        let body = format!(
+            "[engines.k8s]\nkind = \"kubernetes\"\nkubeconfig = {}\nnamespace = \"{}\"\n\n{tools}",
+            toml_string(self.kubeconfig.to_str().unwrap()),
+            self.ns
+        );
+        Setup::new(&body, &[])
+    }
+
+    async fn done(self) {
+        let _ = Api::<Namespace>::all(self.admin.clone())
+            .delete(&self.ns, &DeleteParams::background())
+            .await;
+    }
+}
+
+/// Deletes test namespaces older than ten minutes (left by failed runs: a
+/// panicking test skips `done`).
+async fn sweep(namespaces: &Api<Namespace>) {
+    let Ok(stale) = namespaces
+        .list(&ListParams::default().labels(&format!("{E2E_LABEL}=true")))
+        .await
+    else {
+        return;
+    };
+    for old in stale.items {
+        let age = old.metadata.creation_timestamp.map(|t| {
+            SystemTime::now()
+                .duration_since(SystemTime::from(t.0))
+                .unwrap_or_default()
+        });
+        if age.is_some_and(|a| a > Duration::from_secs(600)) {
+            let _ = namespaces
+                .delete(
+                    &old.metadata.name.unwrap_or_default(),
+                    &DeleteParams::background(),
+                )
+                .await;
+        }
+    }
+}
+
+/// Creates the objects of `deploy/rbac.yaml` as they are, in `ns`; the
+/// ServiceAccount's name.
+async fn apply_rbac(admin: &kube::Client, ns: &str) -> String {
+    let pp = PostParams::default();
+    let mut sa_name = None;
+    for mut doc in yaml_docs(&repo_file("deploy/rbac.yaml")) {
+        doc["metadata"]["namespace"] = json!(ns);
+        match doc["kind"].as_str().expect("kind") {
+            "ServiceAccount" => {
+                let sa: ServiceAccount = serde_json::from_value(doc).unwrap();
+                sa_name = sa.metadata.name.clone();
+                Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+                    .create(&pp, &sa)
+                    .await
+                    .expect("create ServiceAccount");
+            }
+            "Role" => {
+                let role: Role = serde_json::from_value(doc).unwrap();
+                Api::<Role>::namespaced(admin.clone(), ns)
+                    .create(&pp, &role)
+                    .await
+                    .expect("create Role");
+            }
+            "RoleBinding" => {
+                for subject in doc["subjects"].as_array_mut().unwrap() {
+                    subject["namespace"] = json!(ns);
+                }
+                let binding: RoleBinding = serde_json::from_value(doc).unwrap();
+                Api::<RoleBinding>::namespaced(admin.clone(), ns)
+                    .create(&pp, &binding)
+                    .await
+                    .expect("create RoleBinding");
+            }
+            other => panic!("unexpected kind {other} in deploy/rbac.yaml"),
+        }
+    }
+    sa_name.expect("a ServiceAccount in deploy/rbac.yaml")
+}
+
+/// A one-hour token of ServiceAccount `sa` (TokenRequest API).
+async fn token(admin: &kube::Client, ns: &str, sa: &str) -> String {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token status")
+        .token
+        .expect("a token")
+}
+
+/// A kubeconfig with the admin kubeconfig's cluster and `token` as its user.
+fn token_kubeconfig(admin_path: &str, token: &str, dir: &Path) -> PathBuf {
+    let admin: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(admin_path).unwrap()).expect("kubeconfig");
+    let cluster = admin["clusters"][0].clone();
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "taskgate", "user": {"token": token}}],
+        "contexts": [{"name": "taskgate", "context": {"cluster": cluster["name"], "user": "taskgate"}}],
+        "current-context": "taskgate",
+    });
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    path
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// A Job (YAML) whose pod runs under kwok for 1 s unless `annotations` say
+/// otherwise (pod-template annotations of `tests/k8s/stages.yaml`); `spec` adds
+/// to the Job spec.
+fn job_template(spec: Value, annotations: Value) -> String {
+    let mut ann = json!({"taskgate.test/duration": "1s"});
+    for (k, v) in annotations.as_object().unwrap() {
+        ann[k] = v.clone();
+    }
+    let mut job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"labels": {"app": "taskgate-e2e"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": ann},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "busybox:fake", "command": ["sh", "-c", "run"]},
+                    ],
+                },
+            },
+        },
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        job["spec"][k] = v.clone();
+    }
+    serde_yaml::to_string(&job).unwrap()
+}
+
+/// A `[[tools]]` block for the engine `k8s`; `target` is the inside of the
+/// target table.
+fn tool(name: &str, target: &str) -> String {
+    format!(
+        r#"[[tools]]
+name = "{name}"
+description = "A Kubernetes Job"
+engine = "k8s"
+mode = "hybrid"
+poll_interval = "200ms"
+keep_alive = "1h"
+input_schema = {{ type = "object", properties = {{ dataset = {{ type = "string" }}, limit = {{ type = "integer" }} }} }}
+target = {{ {target} }}
+
+"#
+    )
+}
+
+/// The text blocks of a `CallToolResult`.
+fn texts(result: &Value) -> Vec<String> {
+    result["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .map(|c| c["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The `(name, value)` env of the first container of a Job.
+fn job_env(job: &Job) -> Vec<(String, String)> {
+    job.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+fn has_condition(job: &Job, kind: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+}
+
+/// Polls `tasks/get` until the status message says `fragment` (failing if the
+/// task ends first).
+async fn until_message(c: &Modern, task: &str, fragment: &str) -> Value {
+    until(
+        &format!("statusMessage with {fragment:?}"),
+        LIMIT,
+        || async {
+            let r = c.get(task).await.result().clone();
+            assert!(
+                matches!(r["status"].as_str(), Some("working" | "input_required")),
+                "ended before {fragment:?} was seen: {r}"
+            );
+            if r["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains(fragment))
+            {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_completes_with_its_termination_message_and_log() {
+    let Some(c) = Cluster::new("ok").await else {
+        return;
+    };
+    let file = c.template_file(
+        "report.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "2s", "taskgate.test/termination-message": "{\"rows\": 42, \"table\": \"sales\"}"}),
+    );
+    let s = c.setup(&tool(
+        "report",
+        &format!(
+            r#"template_file = {}, args_env_prefix = "ARG_""#,
+            toml_string(&file)
+        ),
+    ));
+
+    // check-config with the ServiceAccount's token: the rules review finds the
+    // Role sufficient and the template passes a server-side dry run.
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_taskgate"))
+        .args(["check-config", "--config"])
+        .arg(&s.config)
+        .envs(s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("run check-config");
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "check-config failed: {out}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(out.contains("engine k8s (kubernetes): ok"), "{out}");
+    assert!(out.contains("dry run"), "{out}");
+    assert!(c.all_jobs().await.is_empty(), "the dry run created a Job");
+
+    let server = s.server().await;
+    let c2 = server.modern();
+    let task = c2
+        .start("report", json!({"dataset": "sales", "limit": 5}))
+        .await;
+    // The Job as created: the tool's label, the arguments in the env, the
+    // keep_alive as its TTL.
+    let job = c.only_job().await;
+    let labels = job.metadata.labels.clone().unwrap();
+    assert_eq!(labels["taskgate.io/tool"], "report");
+    assert_eq!(labels["app"], "taskgate-e2e");
+    assert_eq!(
+        job.spec.as_ref().unwrap().ttl_seconds_after_finished,
+        Some(3600)
+    );
+    let env = job_env(&job);
+    assert!(
+        env.contains(&("ARG_DATASET".into(), "sales".into())),
+        "{env:?}"
+    );
+    assert!(env.contains(&("ARG_LIMIT".into(), "5".into())), "{env:?}");
+    assert!(
+        !task.contains(job.metadata.name.as_deref().unwrap()),
+        "the handle is sealed"
+    );
+
+    // Working while the pod runs, then completed with the termination message.
+    let working = c2.get(&task).await;
+    assert_eq!(working.result()["status"], "working", "{:?}", working.body);
+    assert_eq!(working.result()["pollIntervalMs"], 200);
+    let done = c2.until_status(&task, "completed", LIMIT).await;
+    let result = &done["result"];
+    assert_eq!(result["isError"], false, "{done}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"rows": 42, "table": "sales"}),
+        "{done}"
+    );
+    let t = texts(result);
+    assert_eq!(t.len(), 2, "{done}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&t[0]).unwrap(),
+        json!({"rows": 42, "table": "sales"})
+    );
+    assert!(
+        t[1].contains("taskgate kwok pod log line 1") && t[1].contains("log line 3"),
+        "{t:?}"
+    );
+    let job = c
+        .jobs()
+        .get(job.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert!(has_condition(&job, "Complete"), "{:?}", job.status);
+    // Reading it again answers the same (the engine is the database).
+    let again = c2.get(&task).await;
+    assert_eq!(again.result()["result"], done["result"]);
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_is_a_tool_error_with_its_reason() {
+    let Some(c) = Cluster::new("fail").await else {
+        return;
+    };
+    let file = c.template_file(
+        "fail.yaml",
+        json!({"backoffLimit": 0}),
+        json!({"taskgate.test/fail": "true", "taskgate.test/exit-code": "3", "taskgate.test/termination-message": "disk full"}),
+    );
+    let s = c.setup(&tool(
+        "report",
+        &format!("template_file = {}", toml_string(&file)),
+    ));
+    let server = s.server().await;
+    let m = server.modern();
+    let task = m.start("report", json!({"dataset": "x"})).await;
+    let done = m.until_status(&task, "completed", LIMIT).await;
+    let result = &done["result"];
+    assert_eq!(result["isError"], true, "{done}");
+    let t = texts(result);
+    assert!(t[0].contains("failed: BackoffLimitExceeded"), "{t:?}");
+    assert!(t[0].contains("exited with code 3"), "{t:?}");
+    assert!(t[0].contains("disk full"), "{t:?}");
+    assert!(
+        t.last().unwrap().contains("taskgate kwok pod log line"),
+        "{t:?}"
+    );
+    let job = c.only_job().await;
+    assert!(has_condition(&job, "Failed"), "{:?}", job.status);
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_deletes_the_job_upstream() {
+    let Some(c) = Cluster::new("cancel").await else {
+        return;
+    };
+    let file = c.template_file(
+        "long.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "300s"}),
+    );
+    let s = c.setup(&tool(
+        "long",
+        &format!("template_file = {}", toml_string(&file)),
+    ));
+    let server = s.server().await;
+    let m = server.modern();
+    let task = m.start("long", json!({})).await;
+    until_message(&m, &task, "1 active").await;
+    let job = c.only_job().await;
+    let name = job.metadata.name.clone().unwrap();
+    let uid = job.metadata.uid.clone().unwrap();
+
+    let cancelled = m.cancel(&task).await;
+    assert_eq!(
+        cancelled.result()["resultType"],
+        "complete",
+        "{:?}",
+        cancelled.body
+    );
+    // Upstream: the Job is gone, then its pods.
+    let jobs = c.jobs();
+    until("the Job to be deleted", LIMIT, || async {
+        match jobs.get_opt(&name).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|j| j.map(|j| j.metadata)))),
+        }
+    })
+    .await;
+    let pods = c.pods();
+    until("the Job's pods to be deleted", LIMIT, || async {
+        let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
+        match pods.list(&lp).await {
+            Ok(list) if list.items.is_empty() => Ok(()),
+            other => Err(format!("{:?}", other.map(|l| l.items.len()))),
+        }
+    })
+    .await;
+    // The engine keeps nothing: a deleted Job reads as an unknown task
+    // (adapters/kubernetes/README.md, "Cancel").
+    let after = m.get(&task).await;
+    assert_eq!(after.error()["code"], -32602, "{:?}", after.body);
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_gate_asks_then_runs_on_accept_and_is_deleted_on_decline() {
+    let Some(c) = Cluster::new("gate").await else {
+        return;
+    };
+    let file = c.template_file(
+        "migrate.yaml",
+        json!({}),
+        json!({"taskgate.test/termination-message": "{\"migrated\": true}"}),
+    );
+    let s = c.setup(&tool(
+        "migrate",
+        &format!(
+            r#"template_file = {}, approval = {{ message = "Run the migration?", schema = {{ type = "object", properties = {{ note = {{ type = "string" }} }} }} }}"#,
+            toml_string(&file)
+        ),
+    ));
+    let server = s.server().await;
+    let m = server.modern();
+    let task = m.start("migrate", json!({"dataset": "a"})).await;
+    let asked = m.until_status(&task, "input_required", LIMIT).await;
+    let request = &asked["inputRequests"]["approval"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert_eq!(request["params"]["message"], "Run the migration?");
+    assert_eq!(
+        request["params"]["requestedSchema"]["properties"]["note"]["type"],
+        "string"
+    );
+    // Upstream: created suspended, no pod runs.
+    let job = c.only_job().await;
+    let name = job.metadata.name.clone().unwrap();
+    assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
+    let lp = ListParams::default().labels(&format!("job-name={name}"));
+    assert!(c.pods().list(&lp).await.unwrap().items.is_empty());
+
+    // An answer that does not fit the schema never reaches the cluster.
+    let bad = m
+        .update(
+            &task,
+            json!({"approval": {"action": "accept", "content": {"note": 5}}}),
+        )
+        .await;
+    assert_eq!(bad.error()["code"], -32602, "{:?}", bad.body);
+    assert_eq!(m.get(&task).await.result()["status"], "input_required");
+
+    let ok = m
+        .update(
+            &task,
+            json!({"approval": {"action": "accept", "content": {"note": "go"}}}),
+        )
+        .await;
+    assert_eq!(ok.result()["resultType"], "complete", "{:?}", ok.body);
+    let done = m.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"migrated": true})
+    );
+    let job = c.jobs().get(&name).await.unwrap();
+    assert!(has_condition(&job, "Complete"), "{:?}", job.status);
+    let ann = job.metadata.annotations.unwrap();
+    assert_eq!(ann["taskgate.io/approval"], "accepted");
+    assert_eq!(ann["taskgate.io/approval-answer"], r#"{"note":"go"}"#);
+    let pods = c.pods().list(&lp).await.unwrap().items;
+    assert_eq!(
+        pods[0].metadata.annotations.as_ref().unwrap()["taskgate.io/approval-answer"],
+        r#"{"note":"go"}"#
+    );
+
+    // Declined: the Job is deleted without ever running.
+    let declined = m.start("migrate", json!({"dataset": "b"})).await;
+    m.until_status(&declined, "input_required", LIMIT).await;
+    let second = c
+        .all_jobs()
+        .await
+        .into_iter()
+        .find(|j| j.metadata.name.as_deref() != Some(name.as_str()))
+        .expect("the second Job");
+    let second = second.metadata.name.unwrap();
+    let reply = m
+        .update(&declined, json!({"approval": {"action": "decline"}}))
+        .await;
+    assert!(reply.is_ok(), "{:?}", reply.body);
+    let jobs = c.jobs();
+    until("the declined Job to be deleted", LIMIT, || async {
+        match jobs.get_opt(&second).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|j| j.map(|j| j.status)))),
+        }
+    })
+    .await;
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_between_start_and_result_loses_nothing() {
+    let Some(c) = Cluster::new("restart").await else {
+        return;
+    };
+    let file = c.template_file(
+        "job.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "3s", "taskgate.test/termination-message": "{\"survived\": true}"}),
+    );
+    let s = c.setup(&tool(
+        "job",
+        &format!("template_file = {}", toml_string(&file)),
+    ));
+    let mut first = s.server().await;
+    let m = first.modern();
+    let task = m.start("job", json!({})).await;
+    assert_eq!(m.get(&task).await.result()["status"], "working");
+    first.kill();
+
+    let second = s.server().await;
+    let m = m.at(&second.url);
+    let done = m.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"survived": true}),
+        "{done}"
+    );
+    let job = c.only_job().await;
+    assert!(has_condition(&job, "Complete"), "{:?}", job.status);
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
+    let Some(c) = Cluster::new("sep1391").await else {
+        return;
+    };
+    let file = c.template_file(
+        "op.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "2s", "taskgate.test/termination-message": "{\"op\": \"done\"}"}),
+    );
+    let s = c.setup(&tool(
+        "report",
+        &format!(
+            r#"template_file = {}, args_env_prefix = "ARG_""#,
+            toml_string(&file)
+        ),
+    ));
+    let server = s.server().await;
+    let l = Legacy::initialize(
+        &server.url,
+        "2025-06-18",
+        json!({"experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await;
+    let tools = l.request("tools/list", json!({})).await;
+    assert_eq!(
+        tools.result()["tools"][0]["invocationMode"],
+        "async",
+        "{:?}",
+        tools.body
+    );
+
+    let token = format!("op-{}", c.ns);
+    let call = |args: Value| {
+        let l = l.clone();
+        let token = token.clone();
+        async move {
+            l.request(
+                "tools/call",
+                json!({"name": "report", "arguments": args, "operation": {"token": token, "keepAlive": 3600}}),
+            )
+            .await
+        }
+    };
+    let first = call(json!({"dataset": "d1", "limit": 2})).await;
+    assert_eq!(
+        first.result()["operation"]["token"],
+        token.as_str(),
+        "{:?}",
+        first.body
+    );
+    assert_eq!(first.result()["operation"]["status"], "submitted");
+    let job = c.only_job().await;
+    let name = job.metadata.name.clone().unwrap();
+    let uid = job.metadata.uid.clone().unwrap();
+    // A retry with the same token and arguments (in another order): the same Job.
+    let again = call(json!({"limit": 2, "dataset": "d1"})).await;
+    assert_eq!(
+        again.result()["operation"]["token"],
+        token.as_str(),
+        "{:?}",
+        again.body
+    );
+    let job = c.only_job().await;
+    assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
+    // The same token with other arguments: a conflict, and no second Job.
+    let other = call(json!({"dataset": "d2"})).await;
+    assert_eq!(other.error()["code"], -32602, "{:?}", other.body);
+    assert!(
+        other.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{:?}",
+        other.body
+    );
+    let job = c.only_job().await;
+    assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert!(job_env(&job).contains(&("ARG_DATASET".into(), "d1".into())));
+
+    until("operation completed", LIMIT, || async {
+        let r = l
+            .request("tools/async/status", json!({"token": token}))
+            .await;
+        let status = r.result()["status"].clone();
+        if status == "completed" {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+    let result = l
+        .request("tools/async/result", json!({"token": token}))
+        .await;
+    assert_eq!(
+        result.result()["result"]["structuredContent"],
+        json!({"op": "done"}),
+        "{:?}",
+        result.body
+    );
+    // After completion, the same retry is still the same operation and Job.
+    let late = call(json!({"dataset": "d1", "limit": 2})).await;
+    assert!(late.is_ok(), "{:?}", late.body);
+    let job = c.only_job().await;
+    assert_eq!(job.metadata.name.as_deref(), Some(name.as_str()));
+    assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
+    c.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_result_blocks_until_the_job_is_done() {
+    let Some(c) = Cluster::new("t2025").await else {
+        return;
+    };
+    let file = c.template_file(
+        "job.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "3s", "taskgate.test/termination-message": "{\"blocked\": true}"}),
+    );
+    let s = c.setup(&tool(
+        "job",
+        &format!("template_file = {}", toml_string(&file)),
+    ));
+    let server = s.server().await;
+    let l = Legacy::initialize(&server.url, "2025-11-25", json!({"tasks": {}})).await;
+    let tools = l.request("tools/list", json!({})).await;
+    assert_eq!(
+        tools.result()["tools"][0]["execution"]["taskSupport"],
+        "optional",
+        "{:?}",
+        tools.body
+    );
+    let started = l
+        .request(
+            "tools/call",
+            json!({"name": "job", "arguments": {}, "task": {"ttl": 60000}}),
+        )
+        .await;
+    let task = started.result()["task"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    assert_eq!(started.result()["task"]["status"], "working");
+    let polled = l.request("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(polled.result()["status"], "working", "{:?}", polled.body);
+
+    // One tasks/result: it returns only once the Job is done.
+    let asked = Instant::now();
+    let reply = l.request("tasks/result", json!({"taskId": task})).await;
+    let waited = asked.elapsed();
+    let result = reply.result();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"blocked": true}),
+        "{result}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    let job = c.only_job().await;
+    assert!(
+        has_condition(&job, "Complete"),
+        "tasks/result answered after {waited:?} before the Job completed: {:?}",
+        job.status
+    );
+    let status = l.request("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(status.result()["status"], "completed");
+    c.done().await;
+}
