@@ -181,6 +181,7 @@ impl Gateway {
             let decl = ToolDecl {
                 name: tool.name.clone(),
                 target: tool.target.clone(),
+                input_schema: tool.input_schema.clone(),
                 keep_alive: Some(tool.keep_alive),
             };
             let inner = engine

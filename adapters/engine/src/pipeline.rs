@@ -49,6 +49,9 @@ pub struct ToolDecl {
     pub name: String,
     /// The engine-specific `target` table, as JSON.
     pub target: Value,
+    /// The tool's input schema (JSON Schema 2020-12), for engines that can check
+    /// it against the pipeline's own declared inputs (`check`).
+    pub input_schema: Value,
     /// How long the tool's runs should be kept after they finish, if configured.
     /// Engines that can enforce retention natively (Kubernetes'
     /// `ttlSecondsAfterFinished`) use it.

@@ -33,6 +33,7 @@ async fn engine(spool: &Path, extra: Value) -> Arc<dyn Engine> {
 fn bind(engine: &Arc<dyn Engine>, target: Value) -> Arc<dyn Pipeline> {
     engine
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "t".into(),
             target,
             keep_alive: None,
@@ -553,6 +554,7 @@ async fn bad_settings_and_targets_name_their_key() {
     let e = engine(Path::new("/tmp"), json!({})).await;
     let err = e
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "t".into(),
             target: json!({"command": []}),
             keep_alive: None,

@@ -92,6 +92,7 @@ impl Engine for GithubEngine {
         Ok(Arc::new(GithubPipeline {
             client: self.client.clone(),
             target,
+            input_schema: tool.input_schema.clone(),
             low_budget: self.settings.low_budget,
             lookup_delay: self.settings.lookup_delay,
         }))
@@ -128,6 +129,7 @@ impl Engine for GithubEngine {
 pub struct GithubPipeline {
     client: Client,
     target: BoundTarget,
+    input_schema: Value,
     low_budget: Option<u64>,
     lookup_delay: Duration,
 }
@@ -667,7 +669,16 @@ impl Pipeline for GithubPipeline {
                 message: e.to_string(),
             }
         })?;
-        findings.push(format!("suggested input_schema: {suggested}"));
+        let mismatches = workflow::compare_inputs_for(&self.input_schema, &yaml, corr);
+        if !mismatches.is_empty() {
+            return Err(EngineError::InvalidInput {
+                message: format!(
+                    "the tool's input_schema does not match the workflow's inputs: {}; suggested input_schema: {suggested}",
+                    mismatches.join("; ")
+                ),
+            });
+        }
+        findings.push("the tool's input_schema matches the workflow's inputs".to_owned());
         Ok(findings)
     }
 }

@@ -48,6 +48,7 @@ async fn pipeline(d: &Double, extra: Value) -> Arc<dyn Pipeline> {
     engine(d)
         .await
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "deploy".into(),
             target: target(extra),
             keep_alive: None,
@@ -570,7 +571,28 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
             .any(|f| f.contains("accepts the credentials")),
         "{findings:?}"
     );
+    // A tool whose schema leaves out the workflow's required input is refused,
+    // with the schema the workflow suggests.
     let p = pipeline(&d, json!({})).await;
+    let err = p.check().await.unwrap_err();
+    assert!(
+        matches!(&err, EngineError::InvalidInput { message }
+            if message.contains("\"version\" is required") && message.contains("suggested input_schema")),
+        "{err:?}"
+    );
+    // The suggested schema matches the workflow the double serves.
+    let schema = taskgate_github::suggest_input_schema(WORKFLOW_YAML).unwrap();
+    assert_eq!(schema["required"], json!(["version"]));
+    assert!(taskgate_github::compare_inputs(&schema, WORKFLOW_YAML).is_empty());
+    let p = engine(&d)
+        .await
+        .bind(&ToolDecl {
+            input_schema: schema,
+            name: "deploy".into(),
+            target: target(json!({})),
+            keep_alive: None,
+        })
+        .unwrap();
     let findings = p.check().await.unwrap();
     let all = findings.join("\n");
     assert!(
@@ -578,20 +600,16 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
         "{all}"
     );
     assert!(all.contains("declared inputs"), "{all}");
-    assert!(all.contains("suggested input_schema"), "{all}");
+    assert!(all.contains("matches the workflow's inputs"), "{all}");
     assert!(!all.contains("does not declare"), "{all}");
-    assert_eq!(
-        d.lines(),
-        [
-            "GET /rate_limit".to_owned(),
-            "GET /repos/octo-org/octo-repo/actions/workflows/deploy.yml".to_owned(),
-            "GET /repos/octo-org/octo-repo/contents/.github/workflows/deploy.yml".to_owned(),
-        ]
-    );
-    // The suggested schema matches the workflow the double serves.
-    let schema = taskgate_github::suggest_input_schema(WORKFLOW_YAML).unwrap();
-    assert_eq!(schema["required"], json!(["version"]));
-    assert!(taskgate_github::compare_inputs(&schema, WORKFLOW_YAML).is_empty());
+    let check_calls = [
+        "GET /repos/octo-org/octo-repo/actions/workflows/deploy.yml".to_owned(),
+        "GET /repos/octo-org/octo-repo/contents/.github/workflows/deploy.yml".to_owned(),
+    ];
+    let mut expected = vec!["GET /rate_limit".to_owned()];
+    expected.extend(check_calls.iter().cloned());
+    expected.extend(check_calls.iter().cloned());
+    assert_eq!(d.lines(), expected);
     d.assert_clean();
 }
 
@@ -635,6 +653,7 @@ async fn a_github_app_installation_mints_its_token_once() {
     assert!(d.lines().is_empty());
     let p = e
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "deploy".into(),
             target: target(json!({})),
             keep_alive: None,

@@ -475,6 +475,7 @@ mod tests {
         let tool = |target: Value| ToolDecl {
             name: "t".into(),
             target,
+            input_schema: json!({"type": "object"}),
             keep_alive: None,
         };
         let template = "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: x}]\n";

@@ -257,6 +257,7 @@ impl Cluster {
         self.engine()
             .await
             .bind(&ToolDecl {
+                input_schema: serde_json::json!({"type": "object"}),
                 name: name.into(),
                 target,
                 keep_alive,
@@ -909,6 +910,7 @@ async fn the_minimal_role_suffices_and_less_is_named() {
     let engine = taskgate_kubernetes::build(elsewhere).await.unwrap();
     let p = engine
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "t".into(),
             target: json!({"template": template(json!({}), json!({}))}),
             keep_alive: None,
@@ -956,6 +958,7 @@ async fn the_minimal_role_suffices_and_less_is_named() {
     }
     let p = engine
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "t".into(),
             target: json!({"template": template(json!({}), json!({"taskgate.test/termination-message": "fine"}))}),
             keep_alive: None,

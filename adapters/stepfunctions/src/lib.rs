@@ -377,6 +377,7 @@ mod tests {
         let tool = |target: Value| ToolDecl {
             name: "t".into(),
             target,
+            input_schema: json!({"type": "object"}),
             keep_alive: None,
         };
         let err = engine

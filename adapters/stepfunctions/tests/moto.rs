@@ -151,6 +151,7 @@ async fn engine(url: &str) -> Arc<dyn Engine> {
 fn bind(engine: &Arc<dyn Engine>, target: Value) -> Arc<dyn Pipeline> {
     engine
         .bind(&ToolDecl {
+            input_schema: serde_json::json!({"type": "object"}),
             name: "analyze".into(),
             target,
             keep_alive: None,
