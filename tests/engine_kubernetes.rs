@@ -62,6 +62,7 @@ impl Cluster {
         // With several rustls backends compiled in, one must be chosen.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
+        taskgate_kubernetes::choose_tls_backend();
         let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
             .await
             .expect("admin kubeconfig");

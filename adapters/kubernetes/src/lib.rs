@@ -52,11 +52,17 @@ pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
 /// A [`ConfigError`] keyed by the offending setting.
 pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings = EngineSettings::from_value(settings)?;
-    // With several TLS crypto backends compiled in (the AWS SDK brings another),
-    // rustls cannot pick one by itself: choose ring unless the process already did.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    choose_tls_backend();
     let client = KubeClient::new(&settings).await?;
     Ok(Arc::new(Kubernetes { client }))
+}
+
+/// Chooses rustls' ring backend for the process unless one was chosen already.
+/// With several TLS crypto backends compiled into one program (the AWS SDK
+/// brings another), rustls cannot pick one by itself and a Kubernetes client
+/// would panic. Call it before building any `kube::Client` of your own.
+pub fn choose_tls_backend() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// A configured Kubernetes engine: one API server, one namespace.

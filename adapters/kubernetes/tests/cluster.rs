@@ -65,6 +65,7 @@ fn yaml_docs(text: &str) -> Vec<Value> {
 }
 
 async fn admin_client(path: &str) -> kube::Client {
+    taskgate_kubernetes::choose_tls_backend();
     let file = kube::config::Kubeconfig::read_from(path).unwrap();
     let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
