@@ -99,6 +99,12 @@ fi
 if [ -x scripts/clients/ts-run.sh ]; then
     suite "typescript sdk clients" scripts/clients/ts-run.sh
 fi
+if [ -x scripts/clients/ts2-run.sh ]; then
+    suite "typescript client 2.4 + ext-tasks clients" scripts/clients/ts2-run.sh
+fi
+if [ -x scripts/clients/inspector-run.sh ]; then
+    suite "mcp inspector 2.12 cli clients" scripts/clients/inspector-run.sh
+fi
 if [ -x scripts/conformance/run.sh ]; then
     suite "conformance suite" bash -c 'scripts/conformance/setup.sh >/dev/null && scripts/conformance/run.sh'
 fi
