@@ -47,7 +47,7 @@ function assertWorkResult(result, label, seconds) {
   assert.deepEqual(result.structuredContent, { label, seconds, rows: 42 });
 }
 
-describe('MCP Inspector 2.12 CLIs', () => {
+describe('MCP Inspector 2.12 CLIs', { timeout: 300_000 }, () => {
   let setup;
   let server;
   const transports = {};

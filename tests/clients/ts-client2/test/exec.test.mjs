@@ -51,7 +51,7 @@ function recorder(answer = () => ({ action: 'accept', content: { ok: true } })) 
 }
 
 function flows(transportName, makeTransport) {
-  describe(`TypeScript client 2.4 + ext-tasks 0.2 over ${transportName}`, () => {
+  describe(`TypeScript client 2.4 + ext-tasks 0.2 over ${transportName}`, { timeout: 300_000 }, () => {
     let setup;
     let server;
     const open = (options) => connectModern(makeTransport(setup, server), options);

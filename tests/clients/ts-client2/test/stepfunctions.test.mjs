@@ -94,7 +94,7 @@ async function machines() {
 }
 
 function flows(transportName, makeTransport) {
-  describe(`Step Functions (moto) through TypeScript client 2.4 + ext-tasks 0.2 over ${transportName}`, () => {
+  describe(`Step Functions (moto) through TypeScript client 2.4 + ext-tasks 0.2 over ${transportName}`, { timeout: 300_000 }, () => {
     let setup;
     let server;
     let arns;
