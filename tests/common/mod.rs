@@ -364,31 +364,48 @@ static SERVERS: AtomicU64 = AtomicU64::new(0);
 impl Server {
     /// Starts a server on `setup` and waits (at most 30 s) until `/healthz` answers.
     pub async fn start(setup: &Setup) -> Self {
+        Self::spawn(
+            setup.dir.path(),
+            &setup.config,
+            &setup.env(),
+            Duration::from_secs(30),
+        )
+        .await
+    }
+
+    /// Starts `taskgate serve --config CONFIG` on a free loopback port, with
+    /// `TASKGATE_LOG=info` and then `env`, its stderr in a file under `dir`, and
+    /// waits (at most `limit`) until `/healthz` answers; tries three ports.
+    pub async fn spawn(
+        dir: &Path,
+        config: &Path,
+        env: &[(String, String)],
+        limit: Duration,
+    ) -> Self {
         let mut last = String::new();
         for _attempt in 0..3 {
             let port = free_port();
             let n = SERVERS.fetch_add(1, Ordering::Relaxed);
-            let stderr = setup.dir.path().join(format!("server-{n}.stderr"));
-            let child = setup
-                .command(&[
-                    "serve",
-                    "--config",
-                    setup.config.to_str().unwrap(),
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                ])
+            let stderr = dir.join(format!("server-{n}.stderr"));
+            let mut cmd = Command::new(bin());
+            cmd.args(["serve", "--config"])
+                .arg(config)
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .env("TASKGATE_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&stderr).unwrap())
-                .spawn()
-                .expect("spawn taskgate");
+                .stderr(std::fs::File::create(&stderr).unwrap());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let child = cmd.spawn().expect("spawn taskgate");
             let mut server = Self {
                 child,
                 port,
                 base: format!("http://127.0.0.1:{port}"),
                 stderr,
             };
-            match server.wait_healthy(Duration::from_secs(30)).await {
+            match server.wait_healthy(limit).await {
                 Ok(()) => return server,
                 Err(e) => last = e,
             }
@@ -507,6 +524,11 @@ impl Reply {
 
 /// The `_meta` of a 2026-07-28 request; with `tasks`, declaring the extension.
 pub fn modern_meta(tasks: bool) -> Value {
+    modern_meta_as("taskgate-tests", tasks)
+}
+
+/// [`modern_meta`] with `client` as the client name.
+pub fn modern_meta_as(client: &str, tasks: bool) -> Value {
     let caps = if tasks {
         json!({ "extensions": { TASKS: {} } })
     } else {
@@ -514,7 +536,7 @@ pub fn modern_meta(tasks: bool) -> Value {
     };
     json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": { "name": "taskgate-tests", "version": "0.0.0" },
+        "io.modelcontextprotocol/clientInfo": { "name": client, "version": "0.0.0" },
         "io.modelcontextprotocol/clientCapabilities": caps,
     })
 }
@@ -528,6 +550,34 @@ pub fn mcp_name(method: &str, params: &Value) -> Option<String> {
         _ => return None,
     };
     params.get(field).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The JSON-RPC message in the `data` lines of one SSE event; `None` for an
+/// event without data (a comment or priming event).
+pub fn sse_data(event: &str) -> Option<Value> {
+    let data: Vec<&str> = event
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim_start)
+        .collect();
+    if data.is_empty() || data.iter().all(|d| d.is_empty()) {
+        return None;
+    }
+    Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
+}
+
+/// The JSON-RPC messages of a whole SSE body.
+pub fn sse_messages(text: &str) -> Vec<Value> {
+    text.split("\n\n").filter_map(sse_data).collect()
+}
+
+/// A response header as a string.
+pub fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// A raw JSON-RPC client of `POST /mcp` speaking 2026-07-28.

@@ -8,15 +8,24 @@
 
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{header, sse_data, toml_str};
 use serde_json::{json, Value};
+
+// Shared helpers, re-exported for the dialect tests (each test binary uses some).
+#[allow(unused_imports)]
+pub use common::{alive, free_port, recorded_pid as record_pid, wait_for};
 
 /// The variable the test configs name as their sealing key.
 pub const KEY_VAR: &str = "TASKGATE_DIALECT_TEST_KEY";
@@ -32,10 +41,6 @@ pub fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/dialect-tools")
         .join(name)
-}
-
-fn toml_str(path: &Path) -> String {
-    serde_json::to_string(&path.to_string_lossy()).expect("json string")
 }
 
 /// Argument schema with a required `label` and an optional `steps`.
@@ -197,134 +202,30 @@ impl Setup {
     }
 }
 
-/// Waits until `check` gives `Some`, polling every 50 ms, failing after `limit`.
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// True while process `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-/// The pid recorded in a spool record (`{"pid": …}`).
-pub fn record_pid(file: &Path) -> Option<i32> {
-    let v: Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
-    v["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// A running `taskgate serve` child on a loopback port.
+/// A running `taskgate serve` child on a loopback port: the shared
+/// [`common::Server`] (its `base`, `url()` and `engine_calls()`).
 pub struct Server {
-    child: Child,
-    /// Its base URL (`http://127.0.0.1:PORT`).
-    pub base: String,
-    stderr: Arc<Mutex<String>>,
+    inner: common::Server,
 }
 
 impl Server {
-    /// Starts the binary on `setup`'s config and waits until `/healthz` answers.
+    /// Starts the binary on `setup`'s config and waits (at most 20 s) until
+    /// `/healthz` answers.
     pub async fn start(setup: &Setup) -> Self {
-        for _attempt in 0..3 {
-            let port = free_port();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_taskgate"))
-                .args(["serve", "--config"])
-                .arg(&setup.config)
-                .args(["--listen", &format!("127.0.0.1:{port}")])
-                .env(KEY_VAR, KEY_SECRET)
-                .env("TASKGATE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn taskgate");
-            let stderr = Arc::new(Mutex::new(String::new()));
-            let pipe = child.stderr.take().expect("stderr");
-            let sink = stderr.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let mut s = sink.lock().unwrap();
-                    s.push_str(&line);
-                    s.push('\n');
-                }
-            });
-            let base = format!("http://127.0.0.1:{port}");
-            let http = reqwest::Client::new();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // the port was taken, most likely: try another
-                }
-                if let Ok(r) = http.get(format!("{base}/healthz")).send().await {
-                    if r.status().is_success() {
-                        return Self {
-                            child,
-                            base,
-                            stderr,
-                        };
-                    }
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "taskgate did not come up: {}",
-                    stderr.lock().unwrap()
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        panic!("taskgate could not be started on a free port");
-    }
-
-    /// The MCP endpoint.
-    pub fn url(&self) -> String {
-        format!("{}/mcp", self.base)
+        let env = [(KEY_VAR.to_owned(), KEY_SECRET.to_owned())];
+        let inner = common::Server::spawn(
+            setup.dir.path(),
+            &setup.config,
+            &env,
+            Duration::from_secs(20),
+        )
+        .await;
+        Self { inner }
     }
 
     /// What the server logged so far.
     pub fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// `taskgate_engine_calls_total` from `/metrics`.
-    pub async fn engine_calls(&self) -> u64 {
-        let text = reqwest::get(format!("{}/metrics", self.base))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics text");
-        text.lines()
-            .find_map(|l| l.strip_prefix("taskgate_engine_calls_total "))
-            .and_then(|n| n.trim().parse().ok())
-            .expect("taskgate_engine_calls_total in /metrics")
+        self.inner.stderr_text()
     }
 
     /// A client for this server.
@@ -333,10 +234,10 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Deref for Server {
+    type Target = common::Server;
+    fn deref(&self) -> &common::Server {
+        &self.inner
     }
 }
 
@@ -405,15 +306,10 @@ impl SseReader {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if data.is_empty() || data.iter().all(|d| d.is_empty()) {
-                    continue; // a comment or priming event
+                match sse_data(&event) {
+                    Some(message) => return Some(message),
+                    None => continue, // a comment or priming event
                 }
-                return Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"));
             }
             if self.done {
                 return None;
@@ -615,14 +511,6 @@ impl Client {
         )
         .await
     }
-}
-
-fn header(response: &reqwest::Response, name: &str) -> Option<String> {
-    response
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
 }
 
 /// Names of `tools`.

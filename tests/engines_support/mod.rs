@@ -9,23 +9,23 @@
 
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{header, sse_messages};
 use serde_json::{json, Value};
 
 /// The environment variable the configs name as their sealing key.
 pub const KEY_VAR: &str = "TASKGATE_ENGINE_E2E_KEY";
 /// Its value (set on the server child only).
 pub const KEY_SECRET: &str = "engine-e2e-sealing-key-0123456789abcdef";
-/// The 2026-07-28 protocol version.
-pub const MODERN: &str = "2026-07-28";
-/// The tasks extension id.
-pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 
 /// The `[server]` and `[keys]` head of every test configuration.
 #[must_use]
@@ -55,14 +55,6 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A temporary folder with a configuration file, and the variables the server
@@ -101,99 +93,28 @@ impl Setup {
     }
 }
 
-static SERVERS: AtomicU64 = AtomicU64::new(0);
-
-/// A running `taskgate serve` (HTTP on 127.0.0.1).
+/// A running `taskgate serve` (HTTP on 127.0.0.1): the shared
+/// [`common::Server`], plus its MCP endpoint.
 pub struct Server {
-    child: Child,
+    inner: common::Server,
     /// `http://127.0.0.1:PORT/mcp`.
     pub url: String,
-    base: String,
-    stderr: PathBuf,
 }
 
 impl Server {
     /// Starts the binary and waits (at most 30 s) until `/healthz` answers.
     pub async fn start(setup: &Setup) -> Self {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let port = free_port();
-            let n = SERVERS.fetch_add(1, Ordering::Relaxed);
-            let stderr = setup.dir.path().join(format!("server-{n}.stderr"));
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskgate"));
-            cmd.args(["serve", "--config"])
-                .arg(&setup.config)
-                .args(["--listen", &format!("127.0.0.1:{port}")])
-                .env("TASKGATE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&stderr).unwrap());
-            for (k, v) in &setup.env {
-                cmd.env(k, v);
-            }
-            let child = cmd.spawn().expect("spawn taskgate");
-            let base = format!("http://127.0.0.1:{port}");
-            let mut server = Self {
-                child,
-                url: format!("{base}/mcp"),
-                base,
-                stderr,
-            };
-            match server.healthy(Duration::from_secs(30)).await {
-                Ok(()) => return server,
-                Err(e) => last = e,
-            }
+        let inner = common::Server::spawn(
+            setup.dir.path(),
+            &setup.config,
+            &setup.env,
+            Duration::from_secs(30),
+        )
+        .await;
+        Self {
+            url: inner.url(),
+            inner,
         }
-        panic!("taskgate did not come up: {last}");
-    }
-
-    async fn healthy(&mut self, limit: Duration) -> Result<(), String> {
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("exited with {status}: {}", self.stderr_text()));
-            }
-            if let Ok(r) = http.get(format!("{}/healthz", self.base)).send().await {
-                if r.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                return Err(format!(
-                    "no /healthz within {limit:?}: {}",
-                    self.stderr_text()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// What the server logged so far.
-    #[must_use]
-    pub fn stderr_text(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// SIGKILLs the server and reaps it.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// `taskgate_engine_calls_total` from `/metrics`.
-    pub async fn engine_calls(&self) -> u64 {
-        let text = reqwest::get(format!("{}/metrics", self.base))
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("taskgate_engine_calls_total "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no taskgate_engine_calls_total in {text}"))
     }
 
     /// A 2026-07-28 client declaring the tasks extension.
@@ -203,9 +124,16 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
+impl Deref for Server {
+    type Target = common::Server;
+    fn deref(&self) -> &common::Server {
+        &self.inner
+    }
+}
+
+impl DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut common::Server {
+        &mut self.inner
     }
 }
 
@@ -254,33 +182,10 @@ impl Reply {
     }
 }
 
-/// Parses an SSE body into its `data` messages.
-fn sse_messages(text: &str) -> Vec<Value> {
-    text.split("\n\n")
-        .filter_map(|event| {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
-            (!data.is_empty())
-                .then(|| serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
-        })
-        .collect()
-}
-
 async fn into_reply(response: reqwest::Response, id: &Value) -> Reply {
     let status = response.status().as_u16();
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let sse = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let session = header(&response, "mcp-session-id");
+    let sse = header(&response, "content-type").is_some_and(|c| c.starts_with("text/event-stream"));
     let text = response.text().await.expect("body");
     if sse {
         let mut before = sse_messages(&text);
@@ -319,11 +224,7 @@ pub struct Modern {
 /// The `_meta` of a 2026-07-28 request declaring the tasks extension.
 #[must_use]
 pub fn modern_meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": { "name": "taskgate-engine-e2e", "version": "0.0.0" },
-        "io.modelcontextprotocol/clientCapabilities": { "extensions": { TASKS: {} } },
-    })
+    common::modern_meta_as("taskgate-engine-e2e", true)
 }
 
 impl Modern {
@@ -355,19 +256,9 @@ impl Modern {
             .http
             .post(&self.url)
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MODERN)
-            .header("mcp-method", method);
-        let name_field = match method {
-            "tools/call" => Some("name"),
-            "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-            _ => None,
-        };
-        if let Some(name) = name_field
-            .and_then(|f| params.get(f))
-            .and_then(Value::as_str)
-        {
-            req = req.header("mcp-name", name);
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in common::Client::headers_for(method, &params) {
+            req = req.header(k, v);
         }
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let response = req.json(&body).send().await.expect("POST /mcp");
@@ -539,11 +430,8 @@ impl Legacy {
             .await
             .expect("POST /mcp");
         let status = response.status().as_u16();
-        let sse = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let sse =
+            header(&response, "content-type").is_some_and(|c| c.starts_with("text/event-stream"));
         if !sse {
             let body = serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null);
             return (
