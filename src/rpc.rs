@@ -121,6 +121,11 @@ impl RpcError {
                 EngineError::DeadlineExceeded { .. } => {
                     format!("{e}; retry later. The task itself is unaffected.")
                 }
+                // The engine's own text can name accounts and resources (an ARN, a
+                // role): clients get the refused action; the server log has the rest.
+                EngineError::PermissionDenied { action, .. } => format!(
+                    "taskgate's credentials are not allowed to {action}; ask the operator (details are in the server log)"
+                ),
                 other => other.to_string(),
             },
             other => other.to_string(),
@@ -287,6 +292,20 @@ mod tests {
             assert_eq!(e.http_status(true), modern, "{e:?}");
             assert_eq!(e.http_status(false), legacy, "{e:?}");
         }
+    }
+
+    #[test]
+    fn permission_errors_name_the_action_but_not_the_engines_text() {
+        let e = RpcError::Engine(EngineError::PermissionDenied {
+            action: "states:StartExecution".into(),
+            message: "User: arn:aws:sts::123456789012:assumed-role/taskgate is not authorized"
+                .into(),
+        });
+        let obj = e.to_object();
+        let text = obj.to_string();
+        assert!(text.contains("states:StartExecution"), "{text}");
+        assert!(!text.contains("123456789012"), "{text}");
+        assert_eq!(obj["data"]["deniedAction"], "states:StartExecution");
     }
 
     #[test]
