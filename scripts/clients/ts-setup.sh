@@ -1,31 +1,10 @@
 #!/usr/bin/env bash
 # Installs (once) the TypeScript SDK client tests' dependencies, pinned by
 # tests/clients/ts-sdk1/package-lock.json (@modelcontextprotocol/sdk 1.32.x),
-# outside the repository under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}/ts-sdk1,
-# and links tests/clients/ts-sdk1/node_modules to them (the link is gitignored).
-# Idempotent: reinstalls only when package.json or the lockfile changed.
-# Prints the node_modules folder as its last line. Run the tests with
-# scripts/clients/ts-run.sh (which calls this first).
+# outside the repository (see npm-install.sh). Prints the node_modules folder as
+# its last line. Run the tests with scripts/clients/ts-run.sh (which calls this first).
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-src="$repo/tests/clients/ts-sdk1"
-cache="${TASKGATE_CACHE:-$HOME/.cache/taskgate}"
-dest="$cache/ts-sdk1"
-stamp="$dest/.taskgate-stamp"
-want="$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [ ! -d "$dest/node_modules/@modelcontextprotocol/sdk" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    mkdir -p "$dest"
-    cp "$src/package.json" "$src/package-lock.json" "$dest/"
-    (cd "$dest" && npm ci --no-audit --no-fund --loglevel=error) >&2
-    printf '%s' "$want" > "$stamp"
-fi
-link="$src/node_modules"
-if [ "$(readlink "$link" 2>/dev/null)" != "$dest/node_modules" ]; then
-    if [ -e "$link" ] && [ ! -L "$link" ]; then
-        echo "ts-setup: $link exists and is not a link; remove it first" >&2
-        exit 1
-    fi
-    ln -sfn "$dest/node_modules" "$link"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/npm-install.sh"
+install_npm_client ts-sdk1 @modelcontextprotocol/sdk
 (cd "$src" && node --input-type=module -e 'await import("@modelcontextprotocol/sdk/client/index.js")') >&2
 echo "$dest/node_modules"
