@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use taskgate::handle::{Dialect, Keyring, TaskClaims};
+use taskgate::core::handle::{Dialect, Keyring, Purpose, TaskClaims};
 
 fn meta() -> Value {
     json!({
@@ -48,7 +48,7 @@ fn handle_costs() {
     let keys = Keyring::new(&[("k1".into(), "0123456789abcdef0123456789abcdef-bench".into())])
         .expect("keys");
     let claims = TaskClaims {
-        dialect: Dialect::Modern,
+        dialect: Dialect::TasksExtension,
         tool: "analyze_dataset".into(),
         native:
             "arn:aws:states:us-east-1:123456789012:execution:Analyze:tg-abcdefghijklmnopqrstuvwxyz"
@@ -60,17 +60,17 @@ fn handle_costs() {
     let t = Instant::now();
     let mut handle = String::new();
     for _ in 0..n {
-        handle = keys.seal("task", "alice", &claims);
+        handle = keys.seal(Purpose::Task, "alice", &claims);
     }
     let seal = t.elapsed() / n;
     let t = Instant::now();
     for _ in 0..n {
-        let _: Option<TaskClaims> = keys.open("task", "alice", &handle);
+        let _: Option<TaskClaims> = keys.open(Purpose::Task, "alice", &handle);
     }
     let open = t.elapsed() / n;
     let t = Instant::now();
     for _ in 0..n {
-        let _: Option<TaskClaims> = keys.open("task", "mallory", &handle);
+        let _: Option<TaskClaims> = keys.open(Purpose::Task, "mallory", &handle);
     }
     let refuse = t.elapsed() / n;
     println!(

@@ -1,36 +1,37 @@
 //! taskgate: expose existing pipelines to MCP clients as long-running tools.
 //!
 //! The engine is the database: a task handle is a sealed reference to the native
-//! run, and every request reads the engine once and translates. Layers, top down:
-//! transports ([`http`], [`stdio`]) → front door ([`server`]) → dialects
-//! ([`modern`], [`legacy`]) → core ([`gateway`]) → engines (the `adapters/` crates).
+//! run, and every request reads the engine once and translates. Layers, top down
+//! (each imports only the ones below it):
+//!
+//! - [`transport`]: Streamable HTTP and stdio — bytes in, bytes out;
+//! - [`server`]: the front door — parse, decide the era once, open or seal the
+//!   legacy session, identify the caller, route;
+//! - [`dialect`]: one translator per client generation, and the wire shapes they
+//!   share;
+//! - [`core`]: configuration, handles, the engine registry and the gateway — no
+//!   wire types;
+//! - the engine API and the engines: the `adapters/` crates.
+//!
+//! [`rpc`] is the one place JSON-RPC error objects, codes and HTTP statuses are
+//! made.
 
-pub mod config;
-pub mod engines;
-pub mod gateway;
-pub mod handle;
-pub mod http;
-pub mod input;
-pub mod legacy;
-pub mod modern;
-pub mod operations;
+pub mod core;
+pub mod dialect;
 pub mod rpc;
 pub mod server;
-pub mod stdio;
-pub mod tasks2025;
-pub mod wire;
+pub mod transport;
 
 use std::path::Path;
 
-pub use config::ConfigFileError;
-pub use gateway::Gateway;
+pub use crate::core::{ConfigFileError, Gateway};
 
 /// Loads, validates and builds a gateway from a config file.
 ///
 /// # Errors
 ///
-/// A [`ConfigFileError`] naming the file and the key at fault.
+/// A [`ConfigFileError`] listing every problem, each naming the file and the key.
 pub async fn load(path: &Path) -> Result<Gateway, ConfigFileError> {
-    let cfg = config::load(path)?;
+    let cfg = crate::core::config::load(path)?;
     Gateway::build(cfg, path).await
 }

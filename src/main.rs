@@ -86,6 +86,20 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli.command))
 }
 
+/// Prints every problem of a configuration, one line each, and exits 2.
+fn config_error(e: &taskgate::ConfigFileError) -> ExitCode {
+    let lines = e.lines();
+    if let [one] = lines.as_slice() {
+        eprintln!("taskgate: config error: {one}");
+    } else {
+        eprintln!("taskgate: {} config errors:", lines.len());
+        for line in lines {
+            eprintln!("  - {line}");
+        }
+    }
+    ExitCode::from(2)
+}
+
 async fn run(command: Command) -> ExitCode {
     match command {
         Command::Serve {
@@ -95,16 +109,13 @@ async fn run(command: Command) -> ExitCode {
         } => {
             let gw = match taskgate::load(&config).await {
                 Ok(gw) => Arc::new(gw),
-                Err(e) => {
-                    eprintln!("taskgate: config error: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return config_error(&e),
             };
             let outcome = if stdio {
-                taskgate::stdio::serve(gw, tokio::io::stdin(), tokio::io::stdout()).await
+                taskgate::transport::stdio::serve(gw, tokio::io::stdin(), tokio::io::stdout()).await
             } else {
                 let addr = listen.unwrap_or(gw.server.listen);
-                taskgate::http::serve(gw, addr).await
+                taskgate::transport::http::serve(gw, addr).await
             };
             match outcome {
                 Ok(()) => ExitCode::SUCCESS,
@@ -117,10 +128,7 @@ async fn run(command: Command) -> ExitCode {
         Command::CheckConfig { config } => {
             let gw = match taskgate::load(&config).await {
                 Ok(gw) => gw,
-                Err(e) => {
-                    eprintln!("taskgate: config error: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return config_error(&e),
             };
             println!(
                 "{}: configuration is valid ({} tools)",
@@ -168,16 +176,17 @@ async fn run(command: Command) -> ExitCode {
                     .tools()
                     .iter()
                     .map(|t| {
-                        taskgate::wire::tool_entry(t, taskgate::wire::Version::V2026_07_28, None)
+                        taskgate::dialect::wire::tool_entry(
+                            t,
+                            taskgate::dialect::wire::Version::V2026_07_28,
+                            None,
+                        )
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("taskgate: config error: {e}");
-                ExitCode::from(2)
-            }
+            Err(e) => config_error(&e),
         },
         Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
     }

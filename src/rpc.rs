@@ -1,8 +1,13 @@
-//! JSON-RPC envelopes, and the one place where errors become JSON-RPC codes and
-//! HTTP statuses.
+//! JSON-RPC envelopes, and the one place where errors become JSON-RPC error
+//! objects, codes and HTTP statuses. Every error a client sees is made here.
 
 use serde_json::{json, Value};
 use taskgate_engine::EngineError;
+
+use crate::core::CoreError;
+
+/// The answer to every task handle that does not open, whatever the reason.
+pub const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
 
 /// Parse error.
 pub const PARSE_ERROR: i64 = -32700;
@@ -62,6 +67,19 @@ pub enum RpcError {
     /// The engine said something the client must hear.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The run itself failed (a task's `error` member, not a failed request).
+    #[error("{0}")]
+    RunFailed(String),
+    /// An HTTP request refused before it is read: its `Host` or `Origin` is not
+    /// allowed (HTTP 403).
+    #[error("Forbidden: {0}")]
+    Forbidden(&'static str),
+    /// An HTTP request without a valid bearer token (HTTP 401).
+    #[error("Unauthorized: a valid bearer token is required")]
+    Unauthorized,
+    /// A legacy `Mcp-Session-Id` that does not open (HTTP 404).
+    #[error("Session not found: initialize again")]
+    SessionNotFound,
     /// Anything else.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -86,7 +104,23 @@ impl RpcError {
                 | EngineError::Unsupported { .. } => INVALID_PARAMS,
                 _ => INTERNAL_ERROR,
             },
-            Self::Internal(_) => INTERNAL_ERROR,
+            Self::Internal(_) | Self::RunFailed(_) => INTERNAL_ERROR,
+            Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
+            Self::SessionNotFound => INVALID_PARAMS,
+        }
+    }
+
+    /// The error of a core failure, `not_found` being what this dialect calls a
+    /// task or operation that does not exist (alike for every reason).
+    #[must_use]
+    pub fn from_core(e: CoreError, not_found: &str) -> Self {
+        match e {
+            CoreError::NotFound => Self::NotFound(not_found.to_owned()),
+            CoreError::Engine(e) => Self::Engine(e),
+            other @ (CoreError::UnknownTool(_)
+            | CoreError::InvalidArguments { .. }
+            | CoreError::NotCancellable(_)
+            | CoreError::InvalidAnswer(_)) => Self::InvalidParams(other.to_string()),
         }
     }
 
@@ -95,6 +129,9 @@ impl RpcError {
     #[must_use]
     pub fn http_status(&self, modern: bool) -> u16 {
         match self {
+            Self::Forbidden(_) => 403,
+            Self::Unauthorized => 401,
+            Self::SessionNotFound => 404,
             Self::Parse(_) | Self::InvalidRequest(_) => 400,
             Self::MethodNotFound(_) if modern => 404,
             Self::MissingMeta(_)
@@ -170,6 +207,20 @@ impl RpcError {
     #[must_use]
     pub fn response(&self, id: &Value) -> Value {
         json!({ "jsonrpc": "2.0", "id": id, "error": self.to_object() })
+    }
+
+    /// An error response to an HTTP request refused before its body was read
+    /// (there is no id to answer).
+    #[must_use]
+    pub fn refusal(&self) -> Value {
+        json!({ "jsonrpc": "2.0", "error": self.to_object() })
+    }
+}
+
+impl From<CoreError> for RpcError {
+    /// Core failures of task requests; a missing run reads [`TASK_NOT_FOUND`].
+    fn from(e: CoreError) -> Self {
+        Self::from_core(e, TASK_NOT_FOUND)
     }
 }
 
@@ -286,12 +337,34 @@ mod tests {
                 200,
             ),
             (RpcError::Engine(EngineError::NotFound), -32602, 200, 200),
+            (RpcError::Forbidden("Host not allowed"), -32600, 403, 403),
+            (RpcError::Unauthorized, -32600, 401, 401),
+            (RpcError::SessionNotFound, -32602, 404, 404),
+            (RpcError::RunFailed("x".into()), -32603, 200, 200),
+            (RpcError::from(CoreError::NotFound), -32602, 200, 200),
+            (
+                RpcError::from(CoreError::UnknownTool("x".into())),
+                -32602,
+                200,
+                200,
+            ),
         ];
         for (e, code, modern, legacy) in table {
             assert_eq!(e.code(), code, "{e:?}");
             assert_eq!(e.http_status(true), modern, "{e:?}");
             assert_eq!(e.http_status(false), legacy, "{e:?}");
         }
+    }
+
+    #[test]
+    fn core_not_found_reads_as_the_dialects_own_words() {
+        let task = RpcError::from(CoreError::NotFound).to_object();
+        assert_eq!(task["message"], TASK_NOT_FOUND);
+        let op = RpcError::from_core(CoreError::NotFound, "Operation not found").to_object();
+        assert_eq!(op["message"], "Operation not found");
+        let refused = RpcError::Unauthorized.refusal();
+        assert!(refused.get("id").is_none(), "{refused}");
+        assert_eq!(refused["error"]["code"], INVALID_REQUEST);
     }
 
     #[test]

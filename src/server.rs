@@ -1,14 +1,135 @@
-//! The front door shared by both transports: classify a message, detect its era,
-//! and hand it to the dialect that speaks it.
+//! The front door both transports share: it parses a message, decides its
+//! protocol era once (a typed [`Era`]), opens or seals the legacy session,
+//! identifies the caller, and routes the message to the dialect layer.
+//!
+//! Transports hand it bytes and headers and get back a body, a status and, for
+//! HTTP, a sealed session id to send; they never call a dialect themselves.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use axum::http::HeaderMap;
 use serde_json::Value;
+use subtle::ConstantTimeEq;
 use tracing::Instrument;
 
-use crate::gateway::Gateway;
-use crate::legacy::{self, Session};
-use crate::modern;
+use crate::core::handle::Purpose;
+use crate::core::Gateway;
+use crate::dialect::session::Session;
+use crate::dialect::wire::{Outbound, Version, META_VERSION};
+use crate::dialect::{self};
 use crate::rpc::{self, Message, RpcError};
+
+/// How many SEP-1391 calls of one stdio connection are remembered for
+/// cancellation by request id.
+const MAX_REMEMBERED_CALLS: usize = 4096;
+
+/// The protocol era of a message, decided once by the front door.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: every request carries its version and capabilities in `_meta`.
+    Stateless,
+    /// An `initialize`-based session (2024-11-05 … 2025-11-25), as negotiated,
+    /// or as assumed for a request that comes without one.
+    Session(Session),
+}
+
+/// What lives with one stdio connection (HTTP has no connection state): the
+/// session `initialize` opened, and the SEP-1391 calls made on it, so a
+/// `notifications/cancelled` naming a call's request id reaches its operation.
+#[derive(Debug, Default)]
+pub struct Connection {
+    session: Mutex<Option<Session>>,
+    operations: Mutex<HashMap<String, String>>,
+}
+
+impl Connection {
+    /// A new connection, before `initialize`.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Where a message came from.
+#[derive(Clone, Copy)]
+pub struct Inbound<'a> {
+    /// The caller's identity (bound into every handle).
+    pub caller: &'a str,
+    /// HTTP headers (absent on stdio).
+    pub headers: Option<&'a HeaderMap>,
+    /// The stdio connection (absent on HTTP).
+    pub connection: Option<&'a Connection>,
+}
+
+/// A message the front door accepted, with its era.
+#[derive(Debug)]
+pub struct Admitted {
+    message: Message,
+    era: Era,
+}
+
+impl Admitted {
+    /// True when the server may have messages to send before the response
+    /// (progress, input requests), so a transport that can stream should.
+    /// 2026-07-28 requests stream only for the progress of a `tools/call` that
+    /// carries a progress token.
+    #[must_use]
+    pub fn may_stream(&self) -> bool {
+        let Message::Request { method, params, .. } = &self.message else {
+            return false;
+        };
+        let progress = method == "tools/call"
+            && params
+                .get("_meta")
+                .and_then(|m| m.get("progressToken"))
+                .is_some();
+        self.era != Era::Stateless || progress
+    }
+
+    /// The key of a request (its id as JSON text), to cancel it in flight.
+    #[must_use]
+    pub fn request_key(&self) -> Option<String> {
+        match &self.message {
+            Message::Request { id, .. } => Some(id.to_string()),
+            _ => None,
+        }
+    }
+
+    /// For `notifications/cancelled`: the key of the request it names.
+    #[must_use]
+    pub fn cancelled_request_key(&self) -> Option<String> {
+        match &self.message {
+            Message::Notification { method, params } if method == "notifications/cancelled" => {
+                Some(
+                    params
+                        .get("requestId")
+                        .map(Value::to_string)
+                        .unwrap_or_default(),
+                )
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A message refused before it reached a dialect: the HTTP status and body.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The HTTP status.
+    pub status: u16,
+    /// The JSON-RPC error response.
+    pub body: Value,
+}
+
+impl Refusal {
+    fn new(error: &RpcError, id: &Value) -> Self {
+        Self {
+            status: error.http_status(true),
+            body: error.response(id),
+        }
+    }
+}
 
 /// What a message turned into.
 #[derive(Debug)]
@@ -17,75 +138,195 @@ pub struct Dispatched {
     pub body: Option<Value>,
     /// The HTTP status to use.
     pub status: u16,
-    /// A session opened by `initialize`.
-    pub opened: Option<Session>,
+    /// A sealed `Mcp-Session-Id` to send back (HTTP `initialize`).
+    pub session_id: Option<String>,
 }
 
-/// Where a message came from.
-pub struct Origin<'a> {
-    /// The caller's identity (bound into every handle).
-    pub caller: &'a str,
-    /// HTTP headers (absent on stdio).
-    pub headers: Option<&'a HeaderMap>,
-    /// The legacy session this message belongs to, when known.
-    pub session: Option<&'a Session>,
-    /// Where messages sent before the response go (an SSE stream, stdout).
-    pub out: Option<crate::input::Outbound>,
+/// The caller of an HTTP request, from its bearer token; `anonymous` when no
+/// tokens are configured.
+///
+/// # Errors
+///
+/// [`RpcError::Unauthorized`] when tokens are configured and none matches.
+pub fn identify(gw: &Gateway, headers: &HeaderMap) -> Result<String, RpcError> {
+    if gw.bearer.is_empty() {
+        return Ok("anonymous".to_owned());
+    }
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    for (token, caller) in &gw.bearer {
+        if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
+            return Ok(caller.clone());
+        }
+    }
+    Err(RpcError::Unauthorized)
 }
 
-/// Handles one message.
-pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Dispatched {
+/// The caller on stdio: the local user running the server.
+#[must_use]
+pub fn local_caller() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "local".to_owned());
+    format!("local:{user}")
+}
+
+/// True when a message is 2026-07-28: its `_meta` names a version, or its
+/// `MCP-Protocol-Version` header names a version newer than every legacy one (a
+/// body that then lacks the `_meta` keys is a malformed 2026-07-28 request,
+/// answered -32602 with HTTP 400, not a legacy one: legacy sessions never send
+/// such a header).
+fn is_stateless(params: &Value, headers: Option<&HeaderMap>) -> bool {
+    params
+        .get("_meta")
+        .and_then(|m| m.get(META_VERSION))
+        .is_some()
+        || header_version(headers).is_some_and(|v| !Version::LEGACY.contains(&v))
+}
+
+fn header_version(headers: Option<&HeaderMap>) -> Option<Version> {
+    headers?
+        .get("mcp-protocol-version")?
+        .to_str()
+        .ok()
+        .and_then(Version::parse)
+}
+
+/// The era of `message`, given the session its transport knows of (`None`:
+/// none was presented).
+fn era_of(message: &Message, headers: Option<&HeaderMap>, session: Option<Session>) -> Era {
+    let stateless = match message {
+        Message::Request { params, .. } | Message::Notification { params, .. } => {
+            is_stateless(params, headers)
+        }
+        Message::Response { .. } => false,
+    };
+    if stateless {
+        Era::Stateless
+    } else {
+        Era::Session(session.unwrap_or_else(|| Session::assumed(header_version(headers))))
+    }
+}
+
+/// Opens an HTTP request's `Mcp-Session-Id`: `Ok(None)` when it has none.
+fn presented_session(gw: &Gateway, inbound: &Inbound<'_>) -> Result<Option<Session>, ()> {
+    let Some(id) = inbound.headers.and_then(|h| h.get("mcp-session-id")) else {
+        return Ok(None);
+    };
+    id.to_str()
+        .ok()
+        .and_then(|id| {
+            gw.keys
+                .open::<Session>(Purpose::Session, inbound.caller, id)
+        })
+        .map(Some)
+        .ok_or(())
+}
+
+fn parse(body: &[u8]) -> Result<Message, Refusal> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(&RpcError::Parse(e.to_string()), &Value::Null))?;
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    Message::parse(value).map_err(|e| Refusal::new(&e, &id))
+}
+
+/// Parses one message and decides its era. On stdio, a SEP-1391 `tools/call` is
+/// remembered with the connection here, before it is served, so a cancel that
+/// follows it on the wire finds it.
+///
+/// # Errors
+///
+/// A [`Refusal`] for a parse error, an invalid request, or an HTTP session id
+/// that does not open.
+pub fn admit(gw: &Gateway, inbound: &Inbound<'_>, body: &[u8]) -> Result<Admitted, Refusal> {
+    let message = parse(body)?;
+    let session = if let Some(connection) = inbound.connection {
+        connection.session.lock().expect("lock").clone()
+    } else if is_stateless_message(&message, inbound.headers) {
+        None
+    } else {
+        presented_session(gw, inbound).map_err(|()| {
+            let id = match &message {
+                Message::Request { id, .. } => id.clone(),
+                _ => Value::Null,
+            };
+            Refusal::new(&RpcError::SessionNotFound, &id)
+        })?
+    };
+    if let (Some(connection), Message::Request { id, method, params }) =
+        (inbound.connection, &message)
+    {
+        if let Some(token) = dialect::call_operation_token(method, params) {
+            let mut calls = connection.operations.lock().expect("lock");
+            // Bounded: a long-lived connection does not grow without end; older
+            // calls can still be cancelled by _operation.token.
+            if calls.len() >= MAX_REMEMBERED_CALLS {
+                calls.clear();
+            }
+            calls.insert(id.to_string(), token.to_owned());
+        }
+    }
+    let era = era_of(&message, inbound.headers, session);
+    Ok(Admitted { message, era })
+}
+
+fn is_stateless_message(message: &Message, headers: Option<&HeaderMap>) -> bool {
+    matches!(era_of(message, headers, None), Era::Stateless)
+}
+
+/// Serves one admitted message. `out` carries what the server sends before the
+/// response (an SSE stream, stdout).
+pub async fn dispatch(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    admitted: Admitted,
+    out: Option<Outbound>,
+) -> Dispatched {
+    let Admitted { message, era } = admitted;
+    let caller = inbound.caller;
     match message {
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
             async move {
-                let modern = modern::is_modern_http(&params, origin.headers);
                 let mut opened = None;
-                let outcome = if modern {
-                    modern::handle(
-                        gw,
-                        origin.caller,
-                        origin.headers,
-                        origin.out.as_ref(),
-                        &method,
-                        &params,
-                    )
-                    .await
-                } else if method == "initialize" {
-                    let (session, result) = legacy::initialize(&params);
-                    opened = Some(session);
-                    Ok(result)
-                } else {
-                    let assumed;
-                    let session = match origin.session {
-                        Some(s) => s,
-                        None => {
-                            assumed = Session::assumed(header_version(origin.headers));
-                            &assumed
-                        }
-                    };
-                    legacy::handle(
-                        gw,
-                        origin.caller,
-                        session,
-                        origin.out.as_ref(),
-                        &method,
-                        &params,
-                    )
-                    .await
+                let stateless = era == Era::Stateless;
+                let outcome = match &era {
+                    Era::Stateless => {
+                        dialect::stateless(
+                            gw,
+                            caller,
+                            inbound.headers,
+                            out.as_ref(),
+                            &method,
+                            &params,
+                        )
+                        .await
+                    }
+                    Era::Session(_) if method == "initialize" => {
+                        let (session, result) = dialect::initialize(&params);
+                        opened = Some(session);
+                        Ok(result)
+                    }
+                    Era::Session(session) => {
+                        dialect::in_session(gw, caller, session, out.as_ref(), &method, &params)
+                            .await
+                    }
                 };
                 match outcome {
                     Ok(result) => Dispatched {
                         body: Some(rpc::ok(&id, result)),
                         status: 200,
-                        opened,
+                        session_id: opened.and_then(|s| keep_session(gw, inbound, s)),
                     },
                     Err(e) => {
                         log_error(&e);
                         Dispatched {
-                            status: e.http_status(modern),
+                            status: e.http_status(stateless),
                             body: Some(e.response(&id)),
-                            opened: None,
+                            session_id: None,
                         }
                     }
                 }
@@ -96,50 +337,111 @@ pub async fn dispatch(gw: &Gateway, message: Message, origin: &Origin<'_>) -> Di
         Message::Notification { method, params } => {
             tracing::debug!(method = %method, "notification");
             if method == "notifications/cancelled" {
-                // SEP-1391: a cancel may name the operation by its token.
-                if let Some(token) = params
-                    .get("_operation")
-                    .and_then(|o| o.get("token"))
-                    .and_then(Value::as_str)
-                {
-                    if let Err(e) = crate::operations::cancel(gw, origin.caller, token).await {
-                        tracing::info!(error = %e, "cancel by operation token failed");
-                    }
-                }
+                cancel_operations(gw, inbound, &params).await;
             }
             Dispatched {
                 body: None,
                 status: 202,
-                opened: None,
+                session_id: None,
             }
         }
         Message::Response { id, result, error } => {
-            if let Err(e) = crate::input::route_response(
-                gw,
-                origin.caller,
-                &id,
-                result.as_ref(),
-                error.as_ref(),
-            )
-            .await
+            if let Err(e) =
+                dialect::client_response(gw, caller, &id, result.as_ref(), error.as_ref()).await
             {
                 log_error(&e);
             }
             Dispatched {
                 body: None,
                 status: 202,
-                opened: None,
+                session_id: None,
             }
         }
     }
 }
 
-fn header_version(headers: Option<&HeaderMap>) -> Option<crate::wire::Version> {
-    headers?
-        .get("mcp-protocol-version")?
-        .to_str()
-        .ok()
-        .and_then(crate::wire::Version::parse)
+/// A session `initialize` opened: kept with a stdio connection, or sealed into
+/// the `Mcp-Session-Id` an HTTP client sends back.
+fn keep_session(gw: &Gateway, inbound: &Inbound<'_>, session: Session) -> Option<String> {
+    match inbound.connection {
+        Some(connection) => {
+            *connection.session.lock().expect("lock") = Some(session);
+            None
+        }
+        None => Some(gw.keys.seal(Purpose::Session, inbound.caller, &session)),
+    }
+}
+
+/// SEP-1391: a cancel may name the operation by its token, or (on stdio) by the
+/// request id of the call that started it.
+async fn cancel_operations(gw: &Gateway, inbound: &Inbound<'_>, params: &Value) {
+    let mut tokens: Vec<String> = dialect::cancelled_operation_token(params)
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    if let Some(connection) = inbound.connection {
+        let key = params
+            .get("requestId")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        if let Some(token) = connection.operations.lock().expect("lock").get(&key) {
+            if !tokens.contains(token) {
+                tokens.push(token.clone());
+            }
+        }
+    }
+    for token in tokens {
+        if let Err(e) = dialect::cancel_operation(gw, inbound.caller, &token).await {
+            tracing::info!(error = %e, "cancel of an operation failed");
+        }
+    }
+}
+
+/// Serves a JSON-RPC batch: accepted only in 2025-03-26 sessions, the one
+/// version that has them. Messages are served one after another; the answers
+/// come back as an array, `None` when the batch held no requests.
+///
+/// # Errors
+///
+/// A [`Refusal`] for a body that is not a batch, an empty batch, or a session
+/// of another version.
+pub async fn dispatch_batch(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    body: &[u8],
+) -> Result<Option<Value>, Refusal> {
+    let invalid = |why: &str| {
+        let err = RpcError::InvalidRequest(why.to_owned());
+        Refusal::new(&err, &Value::Null)
+    };
+    let items: Vec<Value> = serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(&RpcError::Parse(e.to_string()), &Value::Null))?;
+    if items.is_empty() {
+        return Err(invalid("an empty batch"));
+    }
+    let session = presented_session(gw, inbound).ok().flatten();
+    let version = session
+        .as_ref()
+        .map(Session::version)
+        .or_else(|| header_version(inbound.headers));
+    if version.is_some_and(|v| v != Version::V2025_03_26) {
+        return Err(invalid("batches exist only in protocol version 2025-03-26"));
+    }
+    let mut answers = Vec::new();
+    for item in items {
+        let id = item.get("id").cloned().unwrap_or(Value::Null);
+        match Message::parse(item) {
+            Ok(message) => {
+                let era = era_of(&message, inbound.headers, session.clone());
+                let admitted = Admitted { message, era };
+                if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
+                    answers.push(body);
+                }
+            }
+            Err(e) => answers.push(e.response(&id)),
+        }
+    }
+    Ok((!answers.is_empty()).then_some(Value::Array(answers)))
 }
 
 fn log_error(e: &RpcError) {
@@ -150,18 +452,4 @@ fn log_error(e: &RpcError) {
         RpcError::Internal(m) => tracing::error!(error = %m, "internal error"),
         other => tracing::debug!(code = other.code(), "request refused"),
     }
-}
-
-/// Parses a body into a message, or the error response to send.
-///
-/// # Errors
-///
-/// The response for a parse error or an invalid request.
-pub fn parse(body: &[u8]) -> Result<Message, (u16, Value)> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        let err = RpcError::Parse(e.to_string());
-        (err.http_status(true), err.response(&Value::Null))
-    })?;
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    Message::parse(value).map_err(|e| (e.http_status(true), e.response(&id)))
 }

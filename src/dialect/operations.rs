@@ -1,5 +1,5 @@
-//! Dialect D4: SEP-1391 long-running operations, an opt-in overlay on legacy
-//! sessions (the founding proposal of taskgate).
+//! SEP-1391 long-running operations, an opt-in overlay on legacy sessions (the
+//! founding proposal of taskgate).
 //!
 //! The client chooses the operation token. taskgate keeps no table from tokens to
 //! runs: the native run name is derived from (sealing key, caller, tool, token),
@@ -13,19 +13,21 @@ use std::time::SystemTime;
 use serde_json::{json, Map, Value};
 use taskgate_engine::{EngineError, RunState, Snapshot};
 
-use crate::config::ToolMode;
-use crate::gateway::{Gateway, Tool};
-use crate::input::{self, Outbound};
-use crate::legacy::Session;
+use super::input;
+use super::outcome::status_word;
+use super::wire::{call_tool_result, Outbound, Version};
+use crate::core::config::ToolMode;
+use crate::core::handle::Dialect;
+use crate::core::{CoreError, Gateway, Tool};
 use crate::rpc::RpcError;
-use crate::wire::call_tool_result;
-
-/// The experimental capability a client declares at `initialize` to opt in, and
-/// that taskgate echoes back.
-pub const CAPABILITY: &str = "taskgate/sep-1391";
 
 const NOT_FOUND: &str = "Failed to retrieve operation: Operation not found";
 const EXPIRED: &str = "Failed to retrieve operation: Operation has expired";
+
+/// A core failure in this dialect's words ("Operation not found").
+fn op_error(e: CoreError) -> RpcError {
+    RpcError::from_core(e, NOT_FOUND)
+}
 
 /// How long past its `keepAlive` an operation's run is kept in its engine, so
 /// that requests for it are answered "Operation has expired"; after that they
@@ -44,7 +46,10 @@ pub fn invocation_mode(tool: &Tool) -> &'static str {
 /// The client's token, or a fresh one when the request left it out.
 fn token_of(operation: &Value) -> Result<String, RpcError> {
     match operation.get("token") {
-        None | Some(Value::Null) => Ok(format!("op-{}", &crate::handle::random_run_name()[3..])),
+        None | Some(Value::Null) => Ok(format!(
+            "op-{}",
+            &crate::core::handle::random_run_name()[3..]
+        )),
         Some(Value::String(t)) if !t.is_empty() && t.len() <= 256 => Ok(t.clone()),
         Some(_) => Err(RpcError::InvalidParams(
             "operation.token must be a non-empty string of at most 256 characters".into(),
@@ -86,22 +91,22 @@ pub async fn call(
             // request hears "expired" (see `read`) before it hears "not found".
             let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
             match gw
-                .start_retained(caller, tool, args, crate::handle::Dialect::LegacyHandle, Some(run_name), retention)
+                .start_retained(caller, tool, args, Dialect::PlainHandle, Some(run_name), retention)
                 .await
             {
                 Ok(started) => started.claims.native,
-                Err(RpcError::Engine(EngineError::Conflict { .. })) => {
+                Err(CoreError::Engine(EngineError::Conflict { .. })) => {
                     return Err(RpcError::InvalidParams(format!(
                         "Operation token {token:?} is already used by another operation (with other arguments)"
                     )))
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(op_error(e)),
             }
         }
     };
     // A retry with the token of an expired operation reaches that (ended) run
     // again: refuse it rather than answer as if a new run had started.
-    let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
+    let snapshot = gw.read(tool, &native).await.map_err(op_error)?;
     if expired(tool, &snapshot) {
         return Err(RpcError::NotFound(EXPIRED.into()));
     }
@@ -162,7 +167,7 @@ async fn read<'g>(
     token: &str,
 ) -> Result<(&'g Tool, String, Snapshot), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
-    let snapshot = gw.read(tool, &native, NOT_FOUND).await?;
+    let snapshot = gw.read(tool, &native).await.map_err(op_error)?;
     if expired(tool, &snapshot) {
         return Err(RpcError::NotFound(EXPIRED.into()));
     }
@@ -185,7 +190,7 @@ fn expired(tool: &Tool, snapshot: &Snapshot) -> bool {
 pub async fn handle(
     gw: &Gateway,
     caller: &str,
-    session: &Session,
+    version: Version,
     out: Option<&Outbound>,
     method: &str,
     params: &Value,
@@ -194,7 +199,7 @@ pub async fn handle(
     let (tool, native, snapshot) = read(gw, caller, token).await?;
     match method {
         "tools/async/status" => {
-            let mut status = json!({ "status": status_of(&snapshot.state) });
+            let mut status = json!({ "status": status_word(&snapshot.state) });
             match &snapshot.state {
                 RunState::Failed { message } => status["error"] = json!(message),
                 RunState::InputRequired { requests, .. } => {
@@ -205,15 +210,7 @@ pub async fn handle(
                         };
                         let mut sent = HashSet::new();
                         input::ask(
-                            gw,
-                            caller,
-                            out,
-                            tool,
-                            &native,
-                            requests,
-                            session.version(),
-                            &mut sent,
-                            &decorate,
+                            gw, caller, out, tool, &native, requests, version, &mut sent, &decorate,
                         );
                     }
                 }
@@ -223,13 +220,13 @@ pub async fn handle(
         }
         _ => match &snapshot.state {
             RunState::Completed(output) => {
-                Ok(json!({ "result": call_tool_result(output, session.version()) }))
+                Ok(json!({ "result": call_tool_result(output, version) }))
             }
             RunState::Failed { message } => Ok(json!({ "result": {
                 "content": [{ "type": "text", "text": message }], "isError": true } })),
             other => Err(RpcError::InvalidParams(format!(
                 "Failed to retrieve operation result: the operation is {}",
-                status_of(other)
+                status_word(other)
             ))),
         },
     }
@@ -242,18 +239,6 @@ pub async fn handle(
 /// As [`handle`].
 pub async fn cancel(gw: &Gateway, caller: &str, token: &str) -> Result<(), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
-    gw.cancel(tool, &native, NOT_FOUND).await?;
+    gw.cancel(tool, &native).await.map_err(op_error)?;
     Ok(())
-}
-
-/// The SEP-1391 status word.
-#[must_use]
-pub fn status_of(state: &RunState) -> &'static str {
-    match state {
-        RunState::Working { .. } => "working",
-        RunState::InputRequired { .. } => "input_required",
-        RunState::Completed(_) => "completed",
-        RunState::Failed { .. } => "failed",
-        RunState::Cancelled { .. } => "canceled",
-    }
 }

@@ -1,5 +1,7 @@
-//! Dialect D1: MCP 2026-07-28, stateless, with the tasks extension
-//! `io.modelcontextprotocol/tasks`.
+//! MCP 2026-07-28, stateless, with the tasks extension
+//! `io.modelcontextprotocol/tasks`: `tools/call` → `CreateTaskResult`,
+//! `tasks/get|update|cancel`, MRTR `input_required` before a task exists, and
+//! the header rules of the HTTP binding.
 //!
 //! Every request carries its protocol version and client capabilities in
 //! `_meta`; nothing carries over between requests.
@@ -12,41 +14,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
-use crate::gateway::{Gateway, Tool, TASK_NOT_FOUND};
-use crate::handle::{Dialect, TaskClaims};
-use crate::input::Outbound;
+use super::outcome::{notify_progress, sync_outcome};
+use super::task_ref::open_task;
+use super::wire::{
+    call_tool_result, server_info, timestamp, tool_entry, Outbound, Version, INSTRUCTIONS,
+    META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
+};
+use crate::core::config::ToolMode;
+use crate::core::handle::{Dialect, Purpose, TaskClaims};
+use crate::core::{Gateway, Tool};
 use crate::rpc::RpcError;
-use crate::wire::{call_tool_result, server_info, timestamp, tool_entry, Version, INSTRUCTIONS};
-
-/// `_meta` key of the protocol version.
-pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of the client capabilities.
-pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The tasks extension id.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-/// True when the message uses the modern dialect (its `_meta` names a version).
-#[must_use]
-pub fn is_modern(params: &Value) -> bool {
-    params
-        .get("_meta")
-        .and_then(|m| m.get(META_VERSION))
-        .is_some()
-}
-
-/// True when an HTTP request is modern: its `_meta` names a version, or its
-/// `MCP-Protocol-Version` header names a modern version (a body that then lacks
-/// the `_meta` keys is a malformed modern request, answered -32602 with HTTP 400,
-/// not a legacy one: legacy sessions never send a modern version header).
-#[must_use]
-pub fn is_modern_http(params: &Value, headers: Option<&HeaderMap>) -> bool {
-    is_modern(params)
-        || headers
-            .and_then(|h| h.get("mcp-protocol-version"))
-            .and_then(|v| v.to_str().ok())
-            .and_then(Version::parse)
-            .is_some_and(|v| !Version::LEGACY.contains(&v))
-}
 
 /// What one modern request declared.
 struct Declared {
@@ -85,10 +62,10 @@ pub async fn handle(
             if !declared.tasks {
                 return Err(missing_tasks());
             }
-            let (task_id, claims, tool) = gw.open_task_param(caller, Dialect::Modern, params)?;
+            let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
             match method {
                 "tasks/get" => {
-                    let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;
+                    let snapshot = gw.read(tool, &claims.native).await?;
                     Ok(detailed_task(task_id, &claims, tool, &snapshot))
                 }
                 "tasks/update" => {
@@ -102,12 +79,11 @@ pub async fn handle(
                             ))
                         }
                     };
-                    gw.answer(tool, &claims.native, responses, TASK_NOT_FOUND)
-                        .await?;
+                    gw.answer(tool, &claims.native, responses).await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
                 _ => {
-                    gw.cancel(tool, &claims.native, TASK_NOT_FOUND).await?;
+                    gw.cancel(tool, &claims.native).await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
             }
@@ -321,7 +297,7 @@ async fn call_tool(
     let tool = gw.tool(name)?;
     let args = gw.check_arguments(tool, params.get("arguments"))?;
     let as_task = declared.tasks && tool.is_long_running();
-    if !as_task && tool.config.mode == crate::config::ToolMode::Async {
+    if !as_task && tool.config.mode == ToolMode::Async {
         return Err(missing_tasks());
     }
     let empty = Map::new();
@@ -339,13 +315,18 @@ async fn call_tool(
     // a first call starts one.
     let (claims, handle) = match params.get("requestState") {
         None => {
-            let started = gw.start(caller, tool, args, Dialect::Modern, None).await?;
+            let started = gw
+                .start(caller, tool, args, Dialect::TasksExtension, None)
+                .await?;
             (started.claims, started.handle)
         }
         Some(state) => {
             let claims = state
                 .as_str()
-                .and_then(|s| gw.keys.open::<RequestState>(REQUEST_STATE, caller, s))
+                .and_then(|s| {
+                    gw.keys
+                        .open::<RequestState>(Purpose::RequestState, caller, s)
+                })
                 .filter(|r| r.claims.tool == tool.config.name && r.arguments == digest)
                 .filter(|r| !r.claims.expired_at(std::time::SystemTime::now()))
                 .map(|r| r.claims)
@@ -354,7 +335,7 @@ async fn call_tool(
                         "requestState is invalid: altered, expired, or from another call".into(),
                     )
                 })?;
-            let handle = gw.keys.seal("task", caller, &claims);
+            let handle = gw.keys.seal(Purpose::Task, caller, &claims);
             (claims, handle)
         }
     };
@@ -384,15 +365,9 @@ async fn call_tool(
             None
         } else {
             Some(
-                gw.wait(tool, &claims.native, left, TASK_NOT_FOUND, |s| {
+                gw.wait(tool, &claims.native, left, |s| {
                     if let (Some(out), Some(token)) = (out, &progress_token) {
-                        crate::legacy::notify_progress(
-                            out,
-                            token,
-                            s,
-                            Version::V2026_07_28,
-                            &mut last_progress,
-                        );
+                        notify_progress(out, token, s, Version::V2026_07_28, &mut last_progress);
                     }
                 })
                 .await?,
@@ -412,8 +387,7 @@ async fn call_tool(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !fresh.is_empty() {
-            gw.answer(tool, &claims.native, &fresh, TASK_NOT_FOUND)
-                .await?;
+            gw.answer(tool, &claims.native, &fresh).await?;
             answered.extend(fresh.keys().cloned());
             continue;
         }
@@ -424,7 +398,7 @@ async fn call_tool(
         return Ok(json!({
             "resultType": "input_required",
             "inputRequests": input_requests(requests),
-            "requestState": gw.keys.seal(REQUEST_STATE, caller, &state),
+            "requestState": gw.keys.seal(Purpose::RequestState, caller, &state),
         }));
     };
     if as_task {
@@ -440,14 +414,10 @@ async fn call_tool(
         }));
     }
     let snapshot = snapshot.expect("a synchronous call always reads its run");
-    let mut result =
-        crate::legacy::sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
+    let mut result = sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
     result["resultType"] = json!("complete");
     Ok(result)
 }
-
-/// Purpose of sealed `requestState` values (they never open as task ids).
-const REQUEST_STATE: &str = "mrtr";
 
 /// What a `requestState` holds: the run a `tools/call` started, bound to the
 /// tool and a digest of its arguments, so it resumes only the same call.
@@ -527,7 +497,7 @@ pub fn detailed_task(
         RunState::Failed { message } => {
             task["status"] = json!("failed");
             task["statusMessage"] = json!(message);
-            task["error"] = json!({ "code": crate::rpc::INTERNAL_ERROR, "message": message });
+            task["error"] = RpcError::RunFailed(message.clone()).to_object();
         }
         RunState::Cancelled { message } => {
             task["status"] = json!("cancelled");

@@ -12,13 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::InputRequest;
 
-use crate::gateway::{Gateway, Tool};
+use super::wire::{Outbound, Version};
+use crate::core::handle::Purpose;
+use crate::core::{Gateway, Tool};
 use crate::rpc::RpcError;
-use crate::wire::Version;
-
-/// Messages the server sends to the client before a response (progress
-/// notifications, input requests): the SSE stream of the POST, or stdout.
-pub type Outbound = tokio::sync::mpsc::UnboundedSender<Value>;
 
 /// Prefix of the ids of taskgate's own requests.
 pub const ID_PREFIX: &str = "tg-in.";
@@ -58,7 +55,10 @@ pub fn ask(
             native: native.to_owned(),
             key: key.clone(),
         };
-        let id = format!("{ID_PREFIX}{}", gw.keys.seal("input", caller, &claims));
+        let id = format!(
+            "{ID_PREFIX}{}",
+            gw.keys.seal(Purpose::Input, caller, &claims)
+        );
         let mut params = Map::new();
         if version >= Version::V2025_11_25 {
             params.insert("mode".into(), json!("form"));
@@ -90,7 +90,7 @@ pub async fn route_response(
     let Some(sealed) = id.as_str().and_then(|s| s.strip_prefix(ID_PREFIX)) else {
         return Ok(false);
     };
-    let Some(claims) = gw.keys.open::<InputClaims>("input", caller, sealed) else {
+    let Some(claims) = gw.keys.open::<InputClaims>(Purpose::Input, caller, sealed) else {
         tracing::debug!("dropped an answer to an unknown input request");
         return Ok(false);
     };
@@ -105,8 +105,9 @@ pub async fn route_response(
     let mut responses = Map::new();
     responses.insert(claims.key.clone(), answer);
     let forwarded = gw
-        .answer(tool, &claims.native, &responses, "the run was not found")
-        .await?;
+        .answer(tool, &claims.native, &responses)
+        .await
+        .map_err(|e| RpcError::from_core(e, "the run was not found"))?;
     tracing::info!(tool = %tool.name(), forwarded, "client answered an input request");
     Ok(forwarded > 0)
 }

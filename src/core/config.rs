@@ -12,16 +12,69 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// A configuration error, naming the file and the key.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {key}: {message}")]
-pub struct ConfigFileError {
-    /// The config file.
-    pub file: String,
+/// One thing wrong in a configuration file: the key at fault and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
     /// The dotted path of the offending key (empty when the file itself is at fault).
     pub key: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl ConfigProblem {
+    /// A problem at `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Everything wrong with a configuration file, each problem naming the file and
+/// its key. Validation collects every problem it can find before reporting, so a
+/// file with three mistakes is answered with three lines.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigFileError {
+    /// The config file.
+    pub file: String,
+    /// What is wrong, in file order where there is one; never empty.
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl ConfigFileError {
+    /// An error of one problem.
+    pub fn one(
+        file: impl Into<String>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            file: file.into(),
+            problems: vec![ConfigProblem::new(key, message)],
+        }
+    }
+
+    /// One line per problem: `FILE: KEY: MESSAGE`.
+    #[must_use]
+    pub fn lines(&self) -> Vec<String> {
+        self.problems
+            .iter()
+            .map(|p| {
+                if p.key.is_empty() {
+                    format!("{}: {}", self.file, p.message)
+                } else {
+                    format!("{}: {}: {}", self.file, p.key, p.message)
+                }
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for ConfigFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.lines().join("\n"))
+    }
 }
 
 /// The whole file.
@@ -241,11 +294,7 @@ fn default_keep_alive() -> Duration {
 pub fn load(path: &Path) -> Result<FileConfig, ConfigFileError> {
     let file = path.display().to_string();
     if !path.exists() {
-        return Err(ConfigFileError {
-            file,
-            key: String::new(),
-            message: "the file does not exist".into(),
-        });
+        return Err(ConfigFileError::one(file, "", "the file does not exist"));
     }
     let built = config::Config::builder()
         .add_source(config::File::from(path).format(config::FileFormat::Toml))
@@ -256,11 +305,7 @@ pub fn load(path: &Path) -> Result<FileConfig, ConfigFileError> {
                 .try_parsing(true),
         )
         .build()
-        .map_err(|e| ConfigFileError {
-            file: file.clone(),
-            key: String::new(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| ConfigFileError::one(file.clone(), "", e.to_string()))?;
     built
         .try_deserialize::<FileConfig>()
         .map_err(|e| split_config_error(&file, &e.to_string()))
@@ -278,22 +323,14 @@ fn split_config_error(file: &str, message: &str) -> ConfigFileError {
             },
             None => key,
         };
-        ConfigFileError {
-            file: file.to_owned(),
-            key,
-            message: what.to_owned(),
-        }
+        ConfigFileError::one(file, key, what)
     } else {
         let key = message
             .strip_prefix("missing field `")
             .and_then(|r| r.split_once('`'))
             .map(|(k, _)| k.to_owned())
             .unwrap_or_default();
-        ConfigFileError {
-            file: file.to_owned(),
-            key,
-            message: message.to_owned(),
-        }
+        ConfigFileError::one(file, key, message)
     }
 }
 
@@ -316,7 +353,8 @@ mod tests {
             "{MINIMAL}[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n"
         ));
         let err = load(f.path()).unwrap_err();
-        assert_eq!(err.key, "server.lisen", "{err}");
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert_eq!(err.problems[0].key, "server.lisen", "{err}");
         assert!(err.to_string().contains(&f.path().display().to_string()));
     }
 

@@ -18,6 +18,35 @@ use sha2::{Digest, Sha256};
 
 const PREFIX: &str = "tg1";
 
+/// What a sealed value is for. The purpose is part of the associated data, so a
+/// value sealed for one purpose never opens as another (a task handle is not a
+/// session id, an input-request id is not a `requestState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A task handle (2026-07-28 and 2025-11-25 tasks, legacy `handles`).
+    Task,
+    /// A legacy `Mcp-Session-Id`: what a client negotiated at `initialize`.
+    Session,
+    /// The id of an input request taskgate sent (`elicitation/create`).
+    Input,
+    /// A 2026-07-28 `requestState` (an `input_required` result's resumption).
+    RequestState,
+}
+
+impl Purpose {
+    /// The label bound into the associated data. These strings are part of every
+    /// sealed value already handed out: never change them.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Session => "session",
+            Self::Input => "input",
+            Self::RequestState => "mrtr",
+        }
+    }
+}
+
 /// One key: its id and derived secrets.
 #[derive(Clone)]
 struct Key {
@@ -81,13 +110,13 @@ impl TaskClaims {
 pub enum Dialect {
     /// MCP 2026-07-28 with the tasks extension.
     #[serde(rename = "m")]
-    Modern,
-    /// MCP 2025-11-25 experimental tasks.
+    TasksExtension,
+    /// MCP 2025-11-25 tasks (SEP-1686).
     #[serde(rename = "t")]
-    Tasks2025,
-    /// A handle returned to a legacy client by the `handles` policy.
+    TasksSep1686,
+    /// A handle returned to a plain (task-less) client by the `handles` policy.
     #[serde(rename = "h")]
-    LegacyHandle,
+    PlainHandle,
 }
 
 /// Why a key configuration is unusable.
@@ -149,7 +178,7 @@ impl Keyring {
     /// Seals `claims` for `caller` under the first key, with `purpose` binding the
     /// handle to its use (a task handle never opens as a session id).
     #[must_use]
-    pub fn seal<T: Serialize>(&self, purpose: &str, caller: &str, claims: &T) -> String {
+    pub fn seal<T: Serialize>(&self, purpose: Purpose, caller: &str, claims: &T) -> String {
         let key = &self.keys[0];
         let plaintext = serde_json::to_vec(claims).expect("claims serialize");
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
@@ -175,7 +204,7 @@ impl Keyring {
     #[must_use]
     pub fn open<T: DeserializeOwned>(
         &self,
-        purpose: &str,
+        purpose: Purpose,
         caller: &str,
         handle: &str,
     ) -> Option<T> {
@@ -219,7 +248,8 @@ impl Keyring {
     }
 }
 
-fn associated_data(purpose: &str, key_id: &str, caller: &str) -> Vec<u8> {
+fn associated_data(purpose: Purpose, key_id: &str, caller: &str) -> Vec<u8> {
+    let purpose = purpose.label();
     let mut aad = Vec::with_capacity(purpose.len() + key_id.len() + caller.len() + 8);
     for part in [PREFIX, purpose, key_id, caller] {
         aad.extend_from_slice(&(part.len() as u32).to_be_bytes());
@@ -258,6 +288,20 @@ pub fn caller_tag(caller: &str) -> String {
     hex::encode(&digest[..8])
 }
 
+/// The last characters of a handle, for logs (never the whole bearer secret).
+#[must_use]
+pub fn short(handle: &str) -> String {
+    let tail: String = handle
+        .chars()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("…{tail}")
+}
+
 /// Milliseconds since the Unix epoch.
 #[must_use]
 pub fn unix_ms(t: SystemTime) -> u64 {
@@ -283,7 +327,7 @@ mod tests {
 
     fn claims() -> TaskClaims {
         TaskClaims {
-            dialect: Dialect::Modern,
+            dialect: Dialect::TasksExtension,
             tool: "t".into(),
             native: "arn:aws:states:us-east-1:123456789012:execution:sm:tg-x".into(),
             created_ms: 1_000,
@@ -294,26 +338,50 @@ mod tests {
     #[test]
     fn round_trip_and_binding() {
         let k = ring(&[("k1", S1)]);
-        let h = k.seal("task", "alice", &claims());
+        let h = k.seal(Purpose::Task, "alice", &claims());
         assert!(h.starts_with("tg1.k1."));
         assert!(!h.contains("arn"), "native ids never appear in clear");
-        assert_eq!(k.open::<TaskClaims>("task", "alice", &h), Some(claims()));
         assert_eq!(
-            k.open::<TaskClaims>("task", "bob", &h),
+            k.open::<TaskClaims>(Purpose::Task, "alice", &h),
+            Some(claims())
+        );
+        assert_eq!(
+            k.open::<TaskClaims>(Purpose::Task, "bob", &h),
             None,
             "foreign caller"
         );
         assert_eq!(
-            k.open::<TaskClaims>("session", "alice", &h),
+            k.open::<TaskClaims>(Purpose::Session, "alice", &h),
             None,
             "other purpose"
         );
     }
 
     #[test]
+    fn no_purpose_opens_as_another() {
+        let k = ring(&[("k1", S1)]);
+        let all = [
+            Purpose::Task,
+            Purpose::Session,
+            Purpose::Input,
+            Purpose::RequestState,
+        ];
+        for sealed in all {
+            let h = k.seal(sealed, "alice", &claims());
+            for opened in all {
+                assert_eq!(
+                    k.open::<TaskClaims>(opened, "alice", &h).is_some(),
+                    sealed == opened,
+                    "sealed as {sealed:?}, opened as {opened:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn altered_forged_and_unknown_key_do_not_open() {
         let k = ring(&[("k1", S1)]);
-        let h = k.seal("task", "alice", &claims());
+        let h = k.seal(Purpose::Task, "alice", &claims());
         let mut bytes = h.clone().into_bytes();
         let last = bytes.len() - 3;
         bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
@@ -325,22 +393,28 @@ mod tests {
             "job-1234",
             "",
         ] {
-            assert_eq!(k.open::<TaskClaims>("task", "alice", bad), None, "{bad}");
+            assert_eq!(
+                k.open::<TaskClaims>(Purpose::Task, "alice", bad),
+                None,
+                "{bad}"
+            );
         }
         let other = ring(&[("k1", S2)]);
-        assert_eq!(other.open::<TaskClaims>("task", "alice", &h), None);
+        assert_eq!(other.open::<TaskClaims>(Purpose::Task, "alice", &h), None);
     }
 
     #[test]
     fn rotation_first_seals_all_open() {
         let old = ring(&[("k1", S1)]);
-        let h_old = old.seal("task", "a", &claims());
+        let h_old = old.seal(Purpose::Task, "a", &claims());
         let rotated = ring(&[("k2", S2), ("k1", S1)]);
         assert_eq!(
-            rotated.open::<TaskClaims>("task", "a", &h_old),
+            rotated.open::<TaskClaims>(Purpose::Task, "a", &h_old),
             Some(claims())
         );
-        assert!(rotated.seal("task", "a", &claims()).starts_with("tg1.k2."));
+        assert!(rotated
+            .seal(Purpose::Task, "a", &claims())
+            .starts_with("tg1.k2."));
     }
 
     #[test]

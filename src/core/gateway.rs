@@ -16,13 +16,44 @@ use taskgate_engine::{
     StartRequest, ToolDecl,
 };
 
-use crate::config::{ConfigFileError, FileConfig, ServerConfig, ToolConfig, ToolMode};
-use crate::engines;
-use crate::handle::{caller_tag, random_run_name, unix_ms, Dialect, Keyring, TaskClaims};
-use crate::rpc::RpcError;
+use super::config::{
+    ConfigFileError, ConfigProblem, FileConfig, ServerConfig, ToolConfig, ToolMode,
+};
+use super::engines;
+use super::handle::{
+    caller_tag, random_run_name, short, unix_ms, Dialect, Keyring, Purpose, TaskClaims,
+};
+use super::validate;
 
-/// The answer to every handle that does not open, whatever the reason.
-pub const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
+/// What the core refuses or fails with. Dialects turn these into their wire
+/// errors (one mapping, in `rpc.rs`); the core knows nothing of JSON-RPC.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// No tool has this name.
+    #[error("Unknown tool: {0}")]
+    UnknownTool(String),
+    /// The arguments fail the tool's input schema; nothing reached the engine.
+    #[error("Invalid arguments for tool {tool}: {}", problems.join("; "))]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// One line per failing field.
+        problems: Vec<String>,
+    },
+    /// The handle does not open (forged, altered, foreign, expired, unknown) or
+    /// the engine no longer has the run: alike for every reason.
+    #[error("not found")]
+    NotFound,
+    /// The tool's engine cannot stop a run.
+    #[error("Tool {0} cannot be cancelled: its engine has no way to stop a run")]
+    NotCancellable(String),
+    /// An answer to an input request is malformed or does not fit its schema.
+    #[error("{0}")]
+    InvalidAnswer(String),
+    /// The engine said something the client must hear.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
 
 /// A configured tool, bound to its engine.
 pub struct Tool {
@@ -75,118 +106,55 @@ pub struct Started {
 
 impl Gateway {
     /// Validates the configuration, builds each engine and binds each tool. No
-    /// engine is called.
+    /// engine is called. Every problem found is reported, not just the first:
+    /// the checks of keys, callers and tools, each engine's settings and each
+    /// tool's target all run before the error is returned.
     ///
     /// # Errors
     ///
-    /// A [`ConfigFileError`] naming the file and the key at fault.
+    /// A [`ConfigFileError`] listing every problem, each with its key path.
     pub async fn build(cfg: FileConfig, file: &Path) -> Result<Self, ConfigFileError> {
-        let file_name = file.display().to_string();
-        let err = |key: String, message: String| ConfigFileError {
-            file: file_name.clone(),
-            key,
-            message,
-        };
-
-        let mut pairs = Vec::new();
-        for (i, key) in cfg.keys.seal.iter().enumerate() {
-            let path = format!("keys.seal[{i}]");
-            let secret = secret_from(
-                key.secret_env.as_deref(),
-                key.secret_file.as_deref(),
-                key.dev_secret.as_deref(),
-            )
-            .map_err(|m| err(path.clone(), m))?;
-            if key.dev_secret.is_some() {
-                tracing::warn!(
-                    key = %key.id,
-                    "keys.seal[{i}] uses dev_secret: a development key written in the config file. \
-                     Never use it in production: anyone with the file can forge handles."
-                );
-            }
-            pairs.push((key.id.clone(), secret));
-        }
-        let keys = Keyring::new(&pairs).map_err(|e| err("keys.seal".into(), e.to_string()))?;
-
-        let mut bearer = Vec::new();
-        for (i, b) in cfg.auth.bearer.iter().enumerate() {
-            let token = secret_from(b.token_env.as_deref(), b.token_file.as_deref(), None)
-                .map_err(|m| err(format!("auth.bearer[{i}]"), m))?;
-            bearer.push((token, b.caller.clone()));
-        }
-
-        // Validate every tool's own settings before building any engine client.
-        let mut names = std::collections::BTreeSet::new();
-        let mut validators = Vec::new();
-        for (i, tool) in cfg.tools.iter().enumerate() {
-            let at = |k: &str| format!("tools[{i}].{k}");
-            let valid_name = !tool.name.is_empty()
-                && tool.name.len() <= 64
-                && tool
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if !valid_name {
-                return Err(err(
-                    at("name"),
-                    format!("{:?} must be 1-64 characters of [A-Za-z0-9_.-]", tool.name),
-                ));
-            }
-            if !names.insert(tool.name.clone()) {
-                return Err(err(at("name"), format!("{:?} is defined twice", tool.name)));
-            }
-            if !cfg.engines.contains_key(&tool.engine) {
-                return Err(err(
-                    at("engine"),
-                    format!("no engine {:?} is configured under [engines]", tool.engine),
-                ));
-            }
-            if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
-                return Err(err(
-                    at("input_schema"),
-                    "the schema's root must have type = \"object\"".into(),
-                ));
-            }
-            let validator = jsonschema::draft202012::new(&tool.input_schema)
-                .map_err(|e| err(at("input_schema"), format!("not a valid JSON Schema: {e}")))?;
-            if let Some(out) = &tool.output_schema {
-                jsonschema::draft202012::new(out).map_err(|e| {
-                    err(at("output_schema"), format!("not a valid JSON Schema: {e}"))
-                })?;
-            }
-            if tool.poll_interval.is_zero() {
-                return Err(err(at("poll_interval"), "must be greater than zero".into()));
-            }
-            validators.push(validator);
-        }
+        let mut problems = Vec::new();
+        let checked = validate::check(&cfg, &mut problems);
 
         let mut built = BTreeMap::new();
         for (name, settings) in &cfg.engines {
-            let engine = engines::build(settings.clone()).await.map_err(|e| {
-                err(
+            match engines::build(settings.clone()).await {
+                Ok(engine) => {
+                    built.insert(name.clone(), engine);
+                }
+                Err(e) => problems.push(ConfigProblem::new(
                     format!("engines.{name}.{}", e.key)
                         .trim_end_matches('.')
                         .to_owned(),
                     e.message,
-                )
-            })?;
-            built.insert(name.clone(), engine);
+                )),
+            }
         }
 
         let meter = Arc::new(CallMeter::default());
         let mut tools = Vec::new();
-        for (i, (tool, validator)) in cfg.tools.into_iter().zip(validators).enumerate() {
-            let engine = &built[&tool.engine];
-            let mut tool = tool;
+        for (i, (mut tool, validator)) in cfg.tools.into_iter().zip(checked.validators).enumerate()
+        {
+            let (Some(validator), Some(engine)) = (validator, built.get(&tool.engine)) else {
+                continue;
+            };
             let decl = ToolDecl {
                 name: tool.name.clone(),
                 target: tool.target.clone(),
                 input_schema: tool.input_schema.clone(),
                 keep_alive: Some(tool.keep_alive),
             };
-            let inner = engine
-                .bind(&decl)
-                .map_err(|e| err(format!("tools[{i}].{}", e.key), e.message))?;
+            let inner = match engine.bind(&decl) {
+                Ok(inner) => inner,
+                Err(e) => {
+                    problems.push(ConfigProblem::new(
+                        format!("tools[{i}].{}", e.key),
+                        e.message,
+                    ));
+                    continue;
+                }
+            };
             let capabilities = inner.capabilities();
             if let Some(max) = capabilities.max_retention {
                 if tool.keep_alive > max {
@@ -207,14 +175,20 @@ impl Gateway {
             });
         }
 
-        Ok(Self {
-            server: cfg.server,
-            keys,
-            tools,
-            meter,
-            bearer,
-            engines: built,
-        })
+        match checked.keys {
+            Some(keys) if problems.is_empty() => Ok(Self {
+                server: cfg.server,
+                keys,
+                tools,
+                meter,
+                bearer: checked.bearer,
+                engines: built,
+            }),
+            _ => Err(ConfigFileError {
+                file: file.display().to_string(),
+                problems,
+            }),
+        }
     }
 
     /// Every tool, in config order.
@@ -227,24 +201,25 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// -32602 naming the unknown tool.
-    pub fn tool(&self, name: &str) -> Result<&Tool, RpcError> {
+    /// [`CoreError::UnknownTool`].
+    pub fn tool(&self, name: &str) -> Result<&Tool, CoreError> {
         self.tools
             .iter()
             .find(|t| t.config.name == name)
-            .ok_or_else(|| RpcError::InvalidParams(format!("Unknown tool: {name}")))
+            .ok_or_else(|| CoreError::UnknownTool(name.to_owned()))
     }
 
     /// Checks `arguments` against the tool's input schema.
     ///
     /// # Errors
     ///
-    /// -32602 naming each failing field and the reason. Nothing reaches the engine.
+    /// [`CoreError::InvalidArguments`] naming each failing field and the reason.
+    /// Nothing reaches the engine.
     pub fn check_arguments(
         &self,
         tool: &Tool,
         arguments: Option<&Value>,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Value, CoreError> {
         let args = match arguments {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(v) => v.clone(),
@@ -264,11 +239,10 @@ impl Gateway {
         if problems.is_empty() {
             Ok(args)
         } else {
-            Err(RpcError::InvalidParams(format!(
-                "Invalid arguments for tool {}: {}",
-                tool.name(),
-                problems.join("; ")
-            )))
+            Err(CoreError::InvalidArguments {
+                tool: tool.name().to_owned(),
+                problems,
+            })
         }
     }
 
@@ -278,7 +252,7 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// Engine errors, mapped in [`RpcError`].
+    /// [`CoreError::Engine`].
     pub async fn start(
         &self,
         caller: &str,
@@ -286,7 +260,7 @@ impl Gateway {
         arguments: Value,
         dialect: Dialect,
         run_name: Option<String>,
-    ) -> Result<Started, RpcError> {
+    ) -> Result<Started, CoreError> {
         self.start_retained(
             caller,
             tool,
@@ -304,7 +278,7 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// Engine errors, mapped in [`RpcError`].
+    /// [`CoreError::Engine`].
     pub async fn start_retained(
         &self,
         caller: &str,
@@ -313,7 +287,7 @@ impl Gateway {
         dialect: Dialect,
         run_name: Option<String>,
         retention: Duration,
-    ) -> Result<Started, RpcError> {
+    ) -> Result<Started, CoreError> {
         let run_name = run_name.unwrap_or_else(random_run_name);
         let request = StartRequest {
             run_name,
@@ -329,7 +303,7 @@ impl Gateway {
             created_ms: unix_ms(SystemTime::now()),
             ttl_ms: Some(tool.config.keep_alive.as_millis() as u64),
         };
-        let handle = self.keys.seal("task", caller, &claims);
+        let handle = self.keys.seal(Purpose::Task, caller, &claims);
         tracing::info!(tool = %tool.name(), task = %short(&handle), "run started");
         Ok(Started { claims, handle })
     }
@@ -338,60 +312,33 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// [`RpcError::NotFound`] with `not_found` as message, alike for every reason.
+    /// [`CoreError::NotFound`], alike for every reason.
     pub fn open(
         &self,
         caller: &str,
         dialect: Dialect,
         handle: &str,
-        not_found: &str,
-    ) -> Result<(TaskClaims, &Tool), RpcError> {
-        let claims: Option<TaskClaims> = self.keys.open("task", caller, handle);
+    ) -> Result<(TaskClaims, &Tool), CoreError> {
+        let claims: Option<TaskClaims> = self.keys.open(Purpose::Task, caller, handle);
         let found = claims
             .filter(|c| c.dialect == dialect && !c.expired_at(SystemTime::now()))
             .and_then(|c| {
                 let tool = self.tools.iter().find(|t| t.config.name == c.tool)?;
                 Some((c, tool))
             });
-        found.ok_or_else(|| RpcError::NotFound(not_found.to_owned()))
-    }
-
-    /// Opens the task named by `params.taskId` and notes it (shortened) on the
-    /// request's log span.
-    ///
-    /// # Errors
-    ///
-    /// -32602 when `taskId` is missing; [`RpcError::NotFound`] as [`Gateway::open`].
-    pub fn open_task_param<'p>(
-        &self,
-        caller: &str,
-        dialect: Dialect,
-        params: &'p Value,
-    ) -> Result<(&'p str, TaskClaims, &Tool), RpcError> {
-        let task_id = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
-        let (claims, tool) = self.open(caller, dialect, task_id, TASK_NOT_FOUND)?;
-        tracing::Span::current().record("task", short(task_id));
-        Ok((task_id, claims, tool))
+        found.ok_or(CoreError::NotFound)
     }
 
     /// Reads the run once.
     ///
     /// # Errors
     ///
-    /// [`RpcError::NotFound`] when the engine no longer has it; engine errors.
-    pub async fn read(
-        &self,
-        tool: &Tool,
-        native: &str,
-        not_found: &str,
-    ) -> Result<Snapshot, RpcError> {
+    /// [`CoreError::NotFound`] when the engine no longer has it; engine errors.
+    pub async fn read(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
         tool.pipeline
             .read(&native.to_owned())
             .await
-            .map_err(|e| not_found_as(e, not_found))
+            .map_err(not_found)
     }
 
     /// Waits, within this request, until the run is terminal or asks for input,
@@ -406,11 +353,10 @@ impl Gateway {
         tool: &Tool,
         native: &str,
         limit: Duration,
-        not_found: &str,
         mut on_change: impl FnMut(&Snapshot),
-    ) -> Result<Snapshot, RpcError> {
+    ) -> Result<Snapshot, CoreError> {
         let deadline = Instant::now() + limit;
-        let mut snapshot = self.read(tool, native, not_found).await?;
+        let mut snapshot = self.read(tool, native).await?;
         loop {
             on_change(&snapshot);
             let settled = snapshot.state.is_terminal()
@@ -424,7 +370,7 @@ impl Gateway {
                 .pipeline
                 .wait_for_change(&native.to_owned(), &snapshot, step)
                 .await
-                .map_err(|e| not_found_as(e, not_found))?;
+                .map_err(not_found)?;
         }
     }
 
@@ -432,26 +378,18 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// As [`Gateway::read`]; cancel not supported by the engine → -32602.
-    pub async fn cancel(
-        &self,
-        tool: &Tool,
-        native: &str,
-        not_found: &str,
-    ) -> Result<Snapshot, RpcError> {
-        let snapshot = self.read(tool, native, not_found).await?;
+    /// As [`Gateway::read`]; [`CoreError::NotCancellable`] when the engine cannot stop runs.
+    pub async fn cancel(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
+        let snapshot = self.read(tool, native).await?;
         if snapshot.state.is_terminal() {
             return Ok(snapshot);
         }
         if !tool.capabilities.cancel {
-            return Err(RpcError::InvalidParams(format!(
-                "Tool {} cannot be cancelled: its engine has no way to stop a run",
-                tool.name()
-            )));
+            return Err(CoreError::NotCancellable(tool.name().to_owned()));
         }
         match tool.pipeline.cancel(&native.to_owned()).await {
             Ok(()) | Err(EngineError::Conflict { .. }) => {}
-            Err(e) => return Err(not_found_as(e, not_found)),
+            Err(e) => return Err(not_found(e)),
         }
         tracing::info!(tool = %tool.name(), "run cancel requested");
         Ok(snapshot)
@@ -463,15 +401,14 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// -32602 for malformed or non-conforming answers; engine errors.
+    /// [`CoreError::InvalidAnswer`] for malformed or non-conforming answers; engine errors.
     pub async fn answer(
         &self,
         tool: &Tool,
         native: &str,
         responses: &Map<String, Value>,
-        not_found: &str,
-    ) -> Result<usize, RpcError> {
-        let snapshot = self.read(tool, native, not_found).await?;
+    ) -> Result<usize, CoreError> {
+        let snapshot = self.read(tool, native).await?;
         let RunState::InputRequired { requests, .. } = &snapshot.state else {
             return Ok(0);
         };
@@ -481,7 +418,7 @@ impl Gateway {
                 continue;
             };
             let response: InputResponse = serde_json::from_value(value.clone()).map_err(|e| {
-                RpcError::InvalidParams(format!(
+                CoreError::InvalidAnswer(format!(
                     "inputResponses.{key}: not an elicitation result: {e}"
                 ))
             })?;
@@ -496,7 +433,7 @@ impl Gateway {
                         .map(|e| format!("{}: {e}", e.instance_path))
                         .collect();
                     if !problems.is_empty() {
-                        return Err(RpcError::InvalidParams(format!(
+                        return Err(CoreError::InvalidAnswer(format!(
                             "inputResponses.{key}: the answer does not fit the requested schema: {}",
                             problems.join("; ")
                         )));
@@ -509,49 +446,16 @@ impl Gateway {
             tool.pipeline
                 .answer(&native.to_owned(), key, response)
                 .await
-                .map_err(|e| not_found_as(e, not_found))?;
+                .map_err(not_found)?;
         }
         Ok(parsed.len())
     }
 }
 
-fn not_found_as(e: EngineError, not_found: &str) -> RpcError {
+/// An engine's "no such run" is the core's [`CoreError::NotFound`].
+fn not_found(e: EngineError) -> CoreError {
     match e {
-        EngineError::NotFound => RpcError::NotFound(not_found.to_owned()),
-        other => RpcError::Engine(other),
-    }
-}
-
-/// The first characters of a handle, for logs (never the whole bearer secret).
-#[must_use]
-pub fn short(handle: &str) -> String {
-    let tail: String = handle
-        .chars()
-        .rev()
-        .take(8)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("…{tail}")
-}
-
-fn secret_from(
-    env: Option<&str>,
-    file: Option<&Path>,
-    inline: Option<&str>,
-) -> Result<String, String> {
-    match (env, file, inline) {
-        (Some(var), None, None) => match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
-            _ => Err(format!("the environment variable {var} is not set")),
-        },
-        (None, Some(path), None) => std::fs::read_to_string(path)
-            .map(|s| s.trim().to_owned())
-            .map_err(|e| format!("cannot read {}: {e}", path.display())),
-        (None, None, Some(v)) => Ok(v.to_owned()),
-        _ => Err(
-            "give exactly one of secret_env/token_env, secret_file/token_file or dev_secret".into(),
-        ),
+        EngineError::NotFound => CoreError::NotFound,
+        other => CoreError::Engine(other),
     }
 }

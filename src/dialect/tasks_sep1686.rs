@@ -1,5 +1,6 @@
-//! Dialect D2: MCP 2025-11-25 experimental tasks (SEP-1686), for clients that
-//! negotiated 2025-11-25 at `initialize`.
+//! MCP 2025-11-25 tasks (SEP-1686, "experimental tasks"), for clients that
+//! negotiated 2025-11-25 at `initialize`: `task` on `tools/call`, `tasks/get`,
+//! a blocking `tasks/result` (input requests arrive on its stream), `tasks/cancel`.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -7,12 +8,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use taskgate_engine::{RunState, Snapshot};
 
-use crate::config::ToolMode;
-use crate::gateway::{Gateway, Tool, TASK_NOT_FOUND};
-use crate::handle::{Dialect, TaskClaims};
-use crate::input::{self, Outbound};
+use super::input;
+use super::task_ref::open_task;
+use super::wire::{call_tool_result, timestamp, Outbound, Version};
+use crate::core::config::ToolMode;
+use crate::core::handle::{Dialect, TaskClaims};
+use crate::core::{Gateway, Tool};
 use crate::rpc::RpcError;
-use crate::wire::{call_tool_result, timestamp, Version};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -51,7 +53,7 @@ pub async fn call_as_task(
         )));
     }
     let started = gw
-        .start(caller, tool, args, Dialect::Tasks2025, None)
+        .start(caller, tool, args, Dialect::TasksSep1686, None)
         .await?;
     let snapshot = Snapshot::new(RunState::Working {
         message: None,
@@ -110,14 +112,14 @@ pub async fn handle(
     method: &str,
     params: &Value,
 ) -> Result<Value, RpcError> {
-    let (task_id, claims, tool) = gw.open_task_param(caller, Dialect::Tasks2025, params)?;
+    let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksSep1686, params)?;
     match method {
         "tasks/get" => {
-            let snapshot = gw.read(tool, &claims.native, TASK_NOT_FOUND).await?;
+            let snapshot = gw.read(tool, &claims.native).await?;
             Ok(task_view(task_id, &claims, tool, &snapshot))
         }
         "tasks/cancel" => {
-            let snapshot = gw.cancel(tool, &claims.native, TASK_NOT_FOUND).await?;
+            let snapshot = gw.cancel(tool, &claims.native).await?;
             if snapshot.state.is_terminal() {
                 let status = task_view(task_id, &claims, tool, &snapshot)["status"].clone();
                 return Err(RpcError::InvalidParams(format!(
@@ -150,9 +152,7 @@ async fn result(
     let related = json!({ "taskId": task_id });
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let snapshot = gw
-            .wait(tool, &claims.native, left, TASK_NOT_FOUND, |_| {})
-            .await?;
+        let snapshot = gw.wait(tool, &claims.native, left, |_| {}).await?;
         match &snapshot.state {
             RunState::Completed(output) => {
                 let mut result = call_tool_result(output, Version::V2025_11_25);

@@ -1,4 +1,8 @@
 //! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics`.
+//!
+//! It guards the endpoint (Host, Origin, body size), frames what the front door
+//! answers (JSON or an SSE stream) and sets the session header; the front door
+//! decides everything about the message itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,12 +13,11 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
+use serde_json::Value;
 
-use crate::gateway::Gateway;
-use crate::legacy::Session;
-use crate::server::{self, Origin};
+use crate::core::Gateway;
+use crate::rpc::RpcError;
+use crate::server::{self, Admitted, Dispatched, Inbound};
 
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
@@ -77,12 +80,21 @@ fn json_response(status: u16, body: &Value) -> Response {
     response
 }
 
-fn forbidden(why: &str) -> Response {
+/// A request refused before its body is read.
+fn refused(error: &RpcError) -> Response {
+    let mut response = json_response(error.http_status(true), &error.refusal());
+    if matches!(error, RpcError::Unauthorized) {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"taskgate\""),
+        );
+    }
+    response
+}
+
+fn forbidden(why: &'static str) -> Response {
     tracing::warn!(reason = why, "request refused with 403");
-    json_response(
-        403,
-        &json!({ "jsonrpc": "2.0", "error": { "code": crate::rpc::INVALID_REQUEST, "message": format!("Forbidden: {why}") } }),
-    )
+    refused(&RpcError::Forbidden(why))
 }
 
 /// True for loopback host names, with or without a port.
@@ -121,31 +133,6 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
     })
 }
 
-fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Box<Response>> {
-    if gw.bearer.is_empty() {
-        return Ok("anonymous".to_owned());
-    }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    for (token, caller) in &gw.bearer {
-        if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
-            return Ok(caller.clone());
-        }
-    }
-    let mut response = json_response(
-        401,
-        &json!({ "jsonrpc": "2.0", "error": { "code": crate::rpc::INVALID_REQUEST, "message": "Unauthorized: a valid bearer token is required" } }),
-    );
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"taskgate\""),
-    );
-    Err(Box::new(response))
-}
-
 async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
     if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
         if !host_allowed(&gw, host) {
@@ -158,133 +145,43 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
             return forbidden("Origin not allowed");
         }
     }
-    let caller = match authenticate(&gw, &headers) {
+    let caller = match server::identify(&gw, &headers) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return refused(&e),
     };
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return batch(&gw, &caller, &headers, &body).await;
-    }
-    let message = match server::parse(&body) {
-        Ok(m) => m,
-        Err((status, body)) => return json_response(status, &body),
-    };
-    let modern = match &message {
-        crate::rpc::Message::Request { params, .. }
-        | crate::rpc::Message::Notification { params, .. } => {
-            crate::modern::is_modern_http(params, Some(&headers))
-        }
-        crate::rpc::Message::Response { .. } => false,
-    };
-    let session: Option<Session> = if modern {
-        None
-    } else if let Some(id) = headers.get("mcp-session-id") {
-        let opened = id
-            .to_str()
-            .ok()
-            .and_then(|id| gw.keys.open::<Session>("session", &caller, id));
-        match opened {
-            Some(s) => Some(s),
-            None => {
-                let id = match &message {
-                    crate::rpc::Message::Request { id, .. } => id.clone(),
-                    _ => Value::Null,
-                };
-                return json_response(
-                    404,
-                    &json!({ "jsonrpc": "2.0", "id": id, "error": { "code": crate::rpc::INVALID_PARAMS, "message": "Session not found: initialize again" } }),
-                );
-            }
-        }
-    } else {
-        None
-    };
-    // Modern requests stream only for progress notifications (a tools/call that
-    // carries a progress token); legacy ones also for input requests.
-    let progress = matches!(&message, crate::rpc::Message::Request { method, params, .. }
-        if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some());
-    let wants_stream = (!modern || progress)
-        && headers
-            .get(header::ACCEPT)
-            .and_then(|a| a.to_str().ok())
-            .is_some_and(|a| a.contains("text/event-stream"))
-        && matches!(message, crate::rpc::Message::Request { .. });
-    if wants_stream {
-        return streamed(gw, caller, headers, session, message).await;
-    }
-    let origin = Origin {
+    let inbound = Inbound {
         caller: &caller,
         headers: Some(&headers),
-        session: session.as_ref(),
-        out: None,
+        connection: None,
     };
-    let dispatched = server::dispatch(&gw, message, &origin).await;
-    finish(&gw, &caller, dispatched)
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return match server::dispatch_batch(&gw, &inbound, &body).await {
+            Ok(Some(answers)) => json_response(200, &answers),
+            Ok(None) => StatusCode::ACCEPTED.into_response(),
+            Err(refusal) => json_response(refusal.status, &refusal.body),
+        };
+    }
+    let admitted = match server::admit(&gw, &inbound, &body) {
+        Ok(a) => a,
+        Err(refusal) => return json_response(refusal.status, &refusal.body),
+    };
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if admitted.may_stream() && accepts_sse {
+        return streamed(gw, caller, headers, admitted).await;
+    }
+    let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
+    finish(dispatched)
 }
 
-/// A JSON-RPC batch: accepted only in 2025-03-26 sessions, the one version that
-/// has them. Messages are served one after another; the answers come back as an
-/// array (202 when the batch held no requests).
-async fn batch(gw: &Gateway, caller: &str, headers: &HeaderMap, body: &[u8]) -> Response {
-    let invalid = |why: &str| {
-        let err = crate::rpc::RpcError::InvalidRequest(why.to_owned());
-        json_response(400, &err.response(&Value::Null))
-    };
-    let items: Vec<Value> = match serde_json::from_slice(body) {
-        Ok(items) => items,
-        Err(e) => {
-            let err = crate::rpc::RpcError::Parse(e.to_string());
-            return json_response(400, &err.response(&Value::Null));
-        }
-    };
-    if items.is_empty() {
-        return invalid("an empty batch");
-    }
-    let session = headers
-        .get("mcp-session-id")
-        .and_then(|id| id.to_str().ok())
-        .and_then(|id| gw.keys.open::<Session>("session", caller, id));
-    let version = session.as_ref().map(Session::version).or_else(|| {
-        headers
-            .get("mcp-protocol-version")
-            .and_then(|v| v.to_str().ok())
-            .and_then(crate::wire::Version::parse)
-    });
-    if version.is_some_and(|v| v != crate::wire::Version::V2025_03_26) {
-        return invalid("batches exist only in protocol version 2025-03-26");
-    }
-    let origin = Origin {
-        caller,
-        headers: Some(headers),
-        session: session.as_ref(),
-        out: None,
-    };
-    let mut answers = Vec::new();
-    for item in items {
-        let id = item.get("id").cloned().unwrap_or(Value::Null);
-        match crate::rpc::Message::parse(item) {
-            Ok(message) => {
-                if let Some(body) = server::dispatch(gw, message, &origin).await.body {
-                    answers.push(body);
-                }
-            }
-            Err(e) => answers.push(e.response(&id)),
-        }
-    }
-    if answers.is_empty() {
-        StatusCode::ACCEPTED.into_response()
-    } else {
-        json_response(200, &Value::Array(answers))
-    }
-}
-
-fn finish(gw: &Gateway, caller: &str, dispatched: server::Dispatched) -> Response {
+fn finish(dispatched: Dispatched) -> Response {
     let mut response = match &dispatched.body {
         Some(body) => json_response(dispatched.status, body),
         None => StatusCode::ACCEPTED.into_response(),
     };
-    if let Some(session) = dispatched.opened {
-        let id = gw.keys.seal("session", caller, &session);
+    if let Some(id) = dispatched.session_id {
         if let Ok(v) = HeaderValue::from_str(&id) {
             response.headers_mut().insert("mcp-session-id", v);
         }
@@ -303,25 +200,21 @@ async fn streamed(
     gw: Arc<Gateway>,
     caller: String,
     headers: HeaderMap,
-    session: Option<Session>,
-    message: crate::rpc::Message,
+    admitted: Admitted,
 ) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let work_gw = gw.clone();
-    let work_caller = caller.clone();
     let mut work = Box::pin(async move {
-        let origin = Origin {
-            caller: &work_caller,
+        let inbound = Inbound {
+            caller: &caller,
             headers: Some(&headers),
-            session: session.as_ref(),
-            out: Some(tx),
+            connection: None,
         };
-        server::dispatch(&work_gw, message, &origin).await
+        server::dispatch(&gw, &inbound, admitted, Some(tx)).await
     });
     let first = tokio::select! {
         dispatched = &mut work => {
             match rx.try_recv() {
-                Err(_) => return finish(&gw, &caller, dispatched),
+                Err(_) => return finish(dispatched),
                 Ok(first) => {
                     // Messages were queued just before the response: stream them all.
                     let mut events = vec![sse_event(&first)];

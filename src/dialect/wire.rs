@@ -1,12 +1,27 @@
 //! Protocol versions and the wire shapes every dialect shares (tools and tool
-//! results), with the fields each version knows.
+//! results, the `_meta` keys, capability names), with the fields each version
+//! knows.
 
 use std::time::SystemTime;
 
 use serde_json::{json, Map, Value};
 use taskgate_engine::{Content, ToolOutput};
 
-use crate::gateway::Tool;
+use crate::core::Tool;
+
+/// Messages the server sends to the client before a response (progress
+/// notifications, input requests): the SSE stream of the POST, or stdout.
+pub type Outbound = tokio::sync::mpsc::UnboundedSender<Value>;
+
+/// `_meta` key of the protocol version (2026-07-28).
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities (2026-07-28).
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The tasks extension id (2026-07-28).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The experimental capability a legacy client declares at `initialize` to opt
+/// in to SEP-1391 operations, and that taskgate echoes back.
+pub const SEP1391_CAPABILITY: &str = "taskgate/sep-1391";
 
 /// A protocol version taskgate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

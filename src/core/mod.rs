@@ -1,0 +1,13 @@
+//! The core every dialect translates to: configuration and its validation, the
+//! engine registry, sealed handles, and the gateway (the tool catalog and the
+//! four things one can do with a run). It knows nothing of JSON-RPC or of any
+//! protocol version: dialects translate its values and errors to their wire.
+
+pub mod config;
+pub mod engines;
+pub mod gateway;
+pub mod handle;
+mod validate;
+
+pub use config::{ConfigFileError, ConfigProblem};
+pub use gateway::{CoreError, Gateway, Started, Tool};

@@ -1,0 +1,213 @@
+//! The dialects: thin translators between each generation's wire shapes and the
+//! core. The front door decides the era of a message once and calls one of the
+//! entry points here; this module routes a request to the dialect that speaks
+//! it. Dialects never import one another: what two of them share lives in the
+//! shared modules (`session`, `outcome`, `input`, `task_ref`, `wire`).
+//!
+//! | module | who speaks it |
+//! |---|---|
+//! | [`tasks_extension`] | 2026-07-28 clients, with or without the tasks extension |
+//! | [`tasks_sep1686`] | 2025-11-25 clients: tasks (SEP-1686) |
+//! | [`operations`] | legacy clients that opt in to SEP-1391 operations |
+//! | [`plain`] | legacy clients with neither: each tool's `legacy` policy |
+
+pub mod input;
+pub mod operations;
+pub mod outcome;
+pub mod plain;
+pub mod session;
+pub mod task_ref;
+pub mod tasks_extension;
+pub mod tasks_sep1686;
+pub mod wire;
+
+use axum::http::HeaderMap;
+use serde_json::{json, Value};
+
+use crate::core::config::ToolMode;
+use crate::core::Gateway;
+use crate::rpc::RpcError;
+use session::Session;
+use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
+
+/// Serves one 2026-07-28 request. `headers` is present on HTTP, where the header
+/// rules apply.
+///
+/// # Errors
+///
+/// Every failure as an [`RpcError`].
+pub async fn stateless(
+    gw: &Gateway,
+    caller: &str,
+    headers: Option<&HeaderMap>,
+    out: Option<&Outbound>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    tasks_extension::handle(gw, caller, headers, out, method, params).await
+}
+
+/// Answers `initialize`: the session it opens and the result.
+#[must_use]
+pub fn initialize(params: &Value) -> (Session, Value) {
+    let session = Session::negotiate(params);
+    let mut capabilities = json!({ "tools": { "listChanged": false } });
+    if session.tasks() {
+        capabilities["tasks"] = tasks_sep1686::capability();
+    }
+    if session.operations {
+        capabilities["experimental"] = json!({ SEP1391_CAPABILITY: {} });
+    }
+    let result = json!({
+        "protocolVersion": session.version().as_str(),
+        "capabilities": capabilities,
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+    });
+    (session, result)
+}
+
+/// Serves one request of a legacy session, routing it to the dialect the
+/// session negotiated: 2025-11-25 tasks, SEP-1391 operations, or plain.
+///
+/// # Errors
+///
+/// Every failure as an [`RpcError`].
+pub async fn in_session(
+    gw: &Gateway,
+    caller: &str,
+    session: &Session,
+    out: Option<&Outbound>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(list_tools(gw, session)),
+        "tools/call" => call_tool(gw, caller, session, out, params).await,
+        "tasks/get" | "tasks/result" | "tasks/cancel" if session.tasks() => {
+            tasks_sep1686::handle(gw, caller, out, method, params).await
+        }
+        "tools/async/status" | "tools/async/result" if session.operations => {
+            operations::handle(gw, caller, session.version(), out, method, params).await
+        }
+        other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+fn list_tools(gw: &Gateway, session: &Session) -> Value {
+    let version = session.version();
+    let mut tools: Vec<Value> = gw
+        .tools()
+        .iter()
+        .filter(|t| plain::visible(t, session))
+        .map(|t| {
+            let extra = if session.operations {
+                Some(("invocationMode", json!(operations::invocation_mode(t))))
+            } else if session.tasks() {
+                tasks_sep1686::execution(t).map(|e| ("execution", e))
+            } else {
+                None
+            };
+            tool_entry(t, version, extra)
+        })
+        .collect();
+    tools.extend(plain::companion_entries(gw, session));
+    json!({ "tools": tools })
+}
+
+async fn call_tool(
+    gw: &Gateway,
+    caller: &str,
+    session: &Session,
+    out: Option<&Outbound>,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
+    if let Some(result) = plain::companion(gw, caller, session, name, params).await? {
+        return Ok(result);
+    }
+    let tool = gw
+        .tool(name)
+        .ok()
+        .filter(|t| plain::visible(t, session) || t.config.mode == ToolMode::Async)
+        .ok_or_else(|| RpcError::InvalidParams(format!("Unknown tool: {name}")))?;
+    if !plain::visible(tool, session) {
+        // SEP-1391: an outdated client calling an async-only tool.
+        return Err(RpcError::InvalidRequest(format!(
+            "Tool {name} runs only as a long-running operation, which this client did not opt in to"
+        )));
+    }
+    let args = gw.check_arguments(tool, params.get("arguments"))?;
+
+    if session.operations && tool.is_long_running() {
+        return match params.get("operation") {
+            Some(operation) => operations::call(gw, caller, tool, args, operation).await,
+            None => Err(RpcError::InvalidRequest(format!(
+                "Tool {name} is invocationMode async: call it with params.operation {{token, keepAlive}}"
+            ))),
+        };
+    }
+    if session.tasks() {
+        match (params.get("task"), tool.config.mode) {
+            (Some(_), _) => return tasks_sep1686::call_as_task(gw, caller, tool, args).await,
+            (None, ToolMode::Async) => {
+                return Err(RpcError::MethodNotFound(format!(
+                    "tool {name} requires a task-augmented call (taskSupport is required)"
+                )))
+            }
+            _ => {}
+        }
+    }
+    plain::call(gw, caller, session, out, tool, args, params).await
+}
+
+/// The SEP-1391 operation token a `tools/call` names (`params.operation.token`).
+#[must_use]
+pub fn call_operation_token<'p>(method: &str, params: &'p Value) -> Option<&'p str> {
+    if method != "tools/call" {
+        return None;
+    }
+    params
+        .get("operation")
+        .and_then(|o| o.get("token"))
+        .and_then(Value::as_str)
+}
+
+/// The SEP-1391 operation a `notifications/cancelled` names by token
+/// (`params._operation.token`).
+#[must_use]
+pub fn cancelled_operation_token(params: &Value) -> Option<&str> {
+    params
+        .get("_operation")
+        .and_then(|o| o.get("token"))
+        .and_then(Value::as_str)
+}
+
+/// Cancels the SEP-1391 operation of `token`.
+///
+/// # Errors
+///
+/// As [`operations::cancel`].
+pub async fn cancel_operation(gw: &Gateway, caller: &str, token: &str) -> Result<(), RpcError> {
+    operations::cancel(gw, caller, token).await
+}
+
+/// Forwards a client's response to one of taskgate's own requests (an answer to
+/// an input request); `false` when it answers nothing taskgate asked.
+///
+/// # Errors
+///
+/// Engine errors while forwarding.
+pub async fn client_response(
+    gw: &Gateway,
+    caller: &str,
+    id: &Value,
+    result: Option<&Value>,
+    error: Option<&Value>,
+) -> Result<bool, RpcError> {
+    input::route_response(gw, caller, id, result, error).await
+}

@@ -1,0 +1,5 @@
+//! The transports: bytes in, bytes out. Each hands messages to the front door
+//! ([`crate::server`]) and frames its answers; none calls a dialect.
+
+pub mod http;
+pub mod stdio;

@@ -1,0 +1,98 @@
+//! stdio transport: newline-delimited JSON-RPC on stdin/stdout; logs go to stderr.
+//!
+//! Requests are served concurrently. The only state is the connection's own: the
+//! requests still in flight (so `notifications/cancelled` can stop one) here,
+//! and the session and SEP-1391 calls the front door keeps in its [`Connection`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::core::Gateway;
+use crate::server::{self, Connection, Inbound};
+
+/// Serves one connection until `input` ends, then waits for requests in flight.
+///
+/// # Errors
+///
+/// I/O errors on the streams.
+pub async fn serve<R, W>(gw: Arc<Gateway>, input: R, mut output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let caller = Arc::new(server::local_caller());
+    let connection = Arc::new(Connection::new());
+    let in_flight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            let mut line = message.to_string();
+            line.push('\n');
+            output.write_all(line.as_bytes()).await?;
+            output.flush().await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+
+    let mut lines = BufReader::new(input).lines();
+    let mut tasks = JoinSet::new();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let inbound = Inbound {
+            caller: &caller,
+            headers: None,
+            connection: Some(&connection),
+        };
+        let admitted = match server::admit(&gw, &inbound, line.as_bytes()) {
+            Ok(a) => a,
+            Err(refusal) => {
+                let _ = tx.send(refusal.body);
+                continue;
+            }
+        };
+        if let Some(key) = admitted.cancelled_request_key() {
+            if let Some(handle) = in_flight.lock().expect("lock").remove(&key) {
+                handle.abort();
+                tracing::info!(request = %key, "request cancelled by the client");
+            }
+        }
+        let request_key = admitted.request_key();
+        let gw = gw.clone();
+        let tx = tx.clone();
+        let caller = caller.clone();
+        let connection = connection.clone();
+        let flight = in_flight.clone();
+        let key = request_key.clone();
+        let abort = tasks.spawn(async move {
+            let inbound = Inbound {
+                caller: &caller,
+                headers: None,
+                connection: Some(&connection),
+            };
+            let dispatched = server::dispatch(&gw, &inbound, admitted, Some(tx.clone())).await;
+            if let Some(key) = key {
+                flight.lock().expect("lock").remove(&key);
+            }
+            if let Some(body) = dispatched.body {
+                let _ = tx.send(body);
+            }
+        });
+        if let Some(key) = request_key {
+            let mut flight = in_flight.lock().expect("lock");
+            // A request may already have finished (and removed itself) by now.
+            if !abort.is_finished() {
+                flight.insert(key, abort);
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    drop(tx);
+    writer.await.map_err(std::io::Error::other)?
+}
