@@ -45,24 +45,25 @@ pub fn sync_outcome(
     }
 }
 
-/// Sends `notifications/progress` for a working run, unless it says the same as
-/// the last one sent (`last`).
+/// Sends `notifications/progress` for a working run. MCP requires the progress
+/// value to increase with every notification, so a snapshot that does not move
+/// it past the last one sent (`last`) sends nothing — a run whose status file
+/// drops its counter (a closing "finishing" message) cannot make it go back.
 pub fn notify_progress(
     out: &Outbound,
     token: &Value,
     snapshot: &Snapshot,
     version: Version,
-    last: &mut Option<(f64, Option<String>)>,
+    last: &mut Option<f64>,
 ) {
     let RunState::Working { message, progress } = &snapshot.state else {
         return;
     };
     let done = progress.map_or(0.0, |p| p.done);
-    let current = (done, message.clone());
-    if last.as_ref() == Some(&current) {
+    if last.is_some_and(|sent| done <= sent) {
         return;
     }
-    *last = Some(current);
+    *last = Some(done);
     let mut params = json!({ "progressToken": token, "progress": done });
     if let Some(total) = progress.and_then(|p| p.total) {
         params["total"] = json!(total);
@@ -73,6 +74,50 @@ pub fn notify_progress(
         }
     }
     let _ = out.send(rpc::notification("notifications/progress", params));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskgate_engine::Progress;
+
+    fn working(done: Option<f64>, message: &str) -> Snapshot {
+        Snapshot::new(RunState::Working {
+            message: Some(message.to_owned()),
+            progress: done.map(|d| Progress {
+                done: d,
+                total: Some(5.0),
+            }),
+        })
+    }
+
+    #[test]
+    fn progress_only_ever_increases() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let token = json!("p");
+        let mut last = None;
+        for (done, message) in [
+            (Some(0.0), "step 0"),
+            (Some(0.0), "still step 0"),
+            (Some(2.0), "step 2"),
+            (Some(1.0), "a counter that went back"),
+            (None, "finishing"),
+            (Some(3.0), "step 3"),
+        ] {
+            notify_progress(
+                &tx,
+                &token,
+                &working(done, message),
+                Version::V2025_06_18,
+                &mut last,
+            );
+        }
+        let mut sent = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            sent.push(m["params"]["progress"].as_f64().unwrap());
+        }
+        assert_eq!(sent, vec![0.0, 2.0, 3.0]);
+    }
 }
 
 /// The status word of SEP-1391 operations and of the `handles` companion tools.
