@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value};
 use taskgate_engine::{
-    CallMeter, Capabilities, Deadlines, EngineError, InputResponse, Pipeline, RunState, Snapshot,
-    StartRequest, ToolDecl,
+    CallMeter, Capabilities, Deadlines, EngineError, InputResponse, Pipeline, RunState,
+    SingleFlight, Snapshot, StartRequest, ToolDecl,
 };
 
 use super::config::{
@@ -60,7 +60,7 @@ pub struct Tool {
     /// Its configuration.
     pub config: ToolConfig,
     validator: jsonschema::Validator,
-    /// The engine pipeline, wrapped in the deadline layer.
+    /// The engine pipeline, wrapped in the single-flight and deadline layers.
     pub pipeline: Arc<dyn Pipeline>,
     /// What the pipeline can do.
     pub capabilities: Capabilities,
@@ -162,11 +162,11 @@ impl Gateway {
                     tool.keep_alive = max;
                 }
             }
-            let pipeline: Arc<dyn Pipeline> = Arc::new(Deadlines::new(
-                inner,
-                cfg.server.call_timeout,
-                meter.clone(),
-            ));
+            // Every call under a deadline and counted; concurrent reads of one
+            // run share one call.
+            let pipeline: Arc<dyn Pipeline> = Arc::new(SingleFlight::new(Arc::new(
+                Deadlines::new(inner, cfg.server.call_timeout, meter.clone()),
+            )));
             tools.push(Tool {
                 config: tool,
                 validator,

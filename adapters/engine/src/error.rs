@@ -110,6 +110,51 @@ impl EngineError {
         )
     }
 
+    /// A copy of this error for another waiter on the same call (errors carry
+    /// boxed sources, which do not clone): the same variant and fields, the
+    /// source kept as its text.
+    #[must_use]
+    pub fn duplicate(&self) -> Self {
+        let text = |source: &Option<BoxError>| -> Option<BoxError> {
+            source
+                .as_ref()
+                .map(|s| Box::new(SourceText(s.to_string())) as BoxError)
+        };
+        match self {
+            Self::Unsupported { operation } => Self::Unsupported { operation },
+            Self::NotFound => Self::NotFound,
+            Self::Conflict { message } => Self::Conflict {
+                message: message.clone(),
+            },
+            Self::InvalidInput { message } => Self::InvalidInput {
+                message: message.clone(),
+            },
+            Self::PermissionDenied { action, message } => Self::PermissionDenied {
+                action: action.clone(),
+                message: message.clone(),
+            },
+            Self::Throttled {
+                retry_after,
+                message,
+            } => Self::Throttled {
+                retry_after: *retry_after,
+                message: message.clone(),
+            },
+            Self::Unavailable { message, source } => Self::Unavailable {
+                message: message.clone(),
+                source: text(source),
+            },
+            Self::DeadlineExceeded { operation, after } => Self::DeadlineExceeded {
+                operation,
+                after: *after,
+            },
+            Self::Internal { message, source } => Self::Internal {
+                message: message.clone(),
+                source: text(source),
+            },
+        }
+    }
+
     /// How long the client should wait before retrying, when known.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
@@ -119,6 +164,18 @@ impl EngineError {
         }
     }
 }
+
+/// The text of an error source, for [`EngineError::duplicate`].
+#[derive(Debug)]
+struct SourceText(String);
+
+impl std::fmt::Display for SourceText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SourceText {}
 
 /// A configuration error: names the key (a dotted path such as
 /// `tools[2].target.state_machine_arn`) and what is wrong with it. The server adds

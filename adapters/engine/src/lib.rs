@@ -4,17 +4,19 @@
 //! [`Engine`] and [`Pipeline`] and translates its native run state into the one
 //! canonical [`RunState`]. This crate does no I/O of its own: translation lives in
 //! pure functions in each engine crate, and the server talks to engines only
-//! through these traits, wrapped in the [`Deadlines`] layer.
+//! through these traits, wrapped in the [`Deadlines`] and [`SingleFlight`] layers.
 
 mod error;
 mod layer;
 mod pipeline;
+mod single_flight;
 mod state;
 pub mod testing;
 
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallMeter, Deadlines};
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
+pub use single_flight::SingleFlight;
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
 };
