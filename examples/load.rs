@@ -1,14 +1,14 @@
-//! Load generator for taskgate's hot path: `tasks/get` of one task, over HTTP, from
-//! many concurrent clients, plus the in-process cost of sealing and opening handles.
-//!
-//! Start a server (for example `taskgate serve -c config.example.toml`), then:
+//! Measurements `scripts/bench.sh` takes besides its wrk runs:
 //!
 //! ```sh
-//! cargo run --release --example load -- http://127.0.0.1:8808/mcp 16 10
+//! load handles                      # in-process cost of sealing and opening a handle
+//! load calls URL N [TOOL]           # tools/call → CreateTaskResult latency, N calls one after another
+//! load get URL CLIENTS SECONDS      # tasks/get from many concurrent clients (reqwest)
 //! ```
 //!
-//! arguments: URL, concurrent clients, seconds. Prints requests per second and
-//! latency percentiles; numbers go in the README, never in test assertions.
+//! `calls` and `get` expect a taskgate whose tool (default `bench_sleep`; `get`
+//! uses `analyze_dataset` of config.example.toml) runs long; every task it starts
+//! is cancelled before it exits. Numbers go in the README, never in test assertions.
 
 use std::time::{Duration, Instant};
 
@@ -79,16 +79,69 @@ fn handle_costs() {
     );
 }
 
+fn percentiles(mut all: Vec<Duration>) -> (Duration, Duration, Duration) {
+    all.sort();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    (pct(0.50), pct(0.99), all[all.len() - 1])
+}
+
+async fn calls(url: &str, n: usize, tool: &str) {
+    let client = reqwest::Client::new();
+    let mut latencies = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let created = post(
+            &client,
+            url,
+            "tools/call",
+            tool,
+            json!({ "name": tool, "arguments": {}, "_meta": meta() }),
+        )
+        .await;
+        latencies.push(t.elapsed());
+        let task = created["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {created}"))
+            .to_owned();
+        tasks.push(task);
+    }
+    for task in &tasks {
+        let _ = post(
+            &client,
+            url,
+            "tasks/cancel",
+            task,
+            json!({ "taskId": task, "_meta": meta() }),
+        )
+        .await;
+    }
+    let (p50, p99, max) = percentiles(latencies);
+    println!("tools/call → CreateTaskResult (exec, {n} calls one after another): p50 {p50:?}, p99 {p99:?}, max {max:?}");
+}
+
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        Some("handles") => return handle_costs(),
+        Some("calls") => {
+            let url = args.next().expect("URL");
+            let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
+            let tool = args.next().unwrap_or_else(|| "bench_sleep".to_owned());
+            return calls(&url, n, &tool).await;
+        }
+        Some("get") => {}
+        _ => {
+            eprintln!("usage: load handles | calls URL N [TOOL] | get URL CLIENTS SECONDS");
+            std::process::exit(2);
+        }
+    }
     let url = args
         .next()
         .unwrap_or_else(|| "http://127.0.0.1:8808/mcp".into());
     let clients: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(16);
     let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
-
-    handle_costs();
 
     let client = reqwest::Client::new();
     let created = post(
@@ -132,15 +185,11 @@ async fn main() {
     for w in workers {
         all.extend(w.await.expect("worker"));
     }
-    all.sort();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    let count = all.len();
+    let (p50, p99, max) = percentiles(all);
     println!(
-        "tasks/get: {} requests from {clients} clients in {seconds}s = {:.0}/s; p50 {:?}, p99 {:?}, max {:?}",
-        all.len(),
-        all.len() as f64 / seconds as f64,
-        pct(0.50),
-        pct(0.99),
-        all[all.len() - 1]
+        "tasks/get: {count} requests from {clients} clients in {seconds}s = {:.0}/s; p50 {p50:?}, p99 {p99:?}, max {max:?}",
+        count as f64 / seconds as f64,
     );
     let _ = post(
         &client,

@@ -6,6 +6,9 @@ use taskgate_engine::EngineError;
 
 use crate::core::CoreError;
 
+/// How long a client refused by a server bound is told to wait.
+const BUSY_RETRY_MS: u64 = 1000;
+
 /// The answer to every task handle that does not open, whatever the reason.
 pub const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
 
@@ -77,6 +80,9 @@ pub enum RpcError {
     /// An HTTP request without a valid bearer token (HTTP 401).
     #[error("Unauthorized: a valid bearer token is required")]
     Unauthorized,
+    /// A bound of the server is reached; retryable.
+    #[error("{0}")]
+    Busy(String),
     /// A legacy `Mcp-Session-Id` that does not open (HTTP 404).
     #[error("Session not found: initialize again")]
     SessionNotFound,
@@ -104,7 +110,7 @@ impl RpcError {
                 | EngineError::Unsupported { .. } => INVALID_PARAMS,
                 _ => INTERNAL_ERROR,
             },
-            Self::Internal(_) | Self::RunFailed(_) => INTERNAL_ERROR,
+            Self::Internal(_) | Self::RunFailed(_) | Self::Busy(_) => INTERNAL_ERROR,
             Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
             Self::SessionNotFound => INVALID_PARAMS,
         }
@@ -117,6 +123,7 @@ impl RpcError {
         match e {
             CoreError::NotFound => Self::NotFound(not_found.to_owned()),
             CoreError::Engine(e) => Self::Engine(e),
+            busy @ CoreError::Busy(_) => Self::Busy(busy.to_string()),
             other @ (CoreError::UnknownTool(_)
             | CoreError::InvalidArguments { .. }
             | CoreError::NotCancellable(_)
@@ -186,6 +193,7 @@ impl RpcError {
                 }
                 Some(data)
             }
+            Self::Busy(_) => Some(json!({ "retryable": true, "retryAfterMs": BUSY_RETRY_MS })),
             Self::Engine(EngineError::PermissionDenied { action, .. }) => {
                 Some(json!({ "deniedAction": action }))
             }

@@ -71,20 +71,29 @@ pub struct Admitted {
 
 impl Admitted {
     /// True when the server may have messages to send before the response
-    /// (progress, input requests), so a transport that can stream should.
-    /// 2026-07-28 requests stream only for the progress of a `tools/call` that
-    /// carries a progress token.
+    /// (progress, input requests), so a transport that can stream should. Only
+    /// requests that wait for a run or ask on the client's behalf ever do:
+    /// 2026-07-28 a `tools/call` carrying a progress token; legacy sessions a
+    /// `tools/call`, a blocking `tasks/result` and a SEP-1391 status request.
+    /// Everything else (`tasks/get`, `tools/list`, …) is answered as plain JSON.
     #[must_use]
     pub fn may_stream(&self) -> bool {
         let Message::Request { method, params, .. } = &self.message else {
             return false;
         };
-        let progress = method == "tools/call"
-            && params
-                .get("_meta")
-                .and_then(|m| m.get("progressToken"))
-                .is_some();
-        self.era != Era::Stateless || progress
+        match self.era {
+            Era::Stateless => {
+                method == "tools/call"
+                    && params
+                        .get("_meta")
+                        .and_then(|m| m.get("progressToken"))
+                        .is_some()
+            }
+            Era::Session(_) => matches!(
+                method.as_str(),
+                "tools/call" | "tasks/result" | "tools/async/status"
+            ),
+        }
     }
 
     /// The key of a request (its id as JSON text), to cancel it in flight.
@@ -418,6 +427,13 @@ pub async fn dispatch_batch(
         .map_err(|e| Refusal::new(&RpcError::Parse(e.to_string()), &Value::Null))?;
     if items.is_empty() {
         return Err(invalid("an empty batch"));
+    }
+    if items.len() > gw.server.max_batch {
+        return Err(invalid(&format!(
+            "a batch of {} entries is longer than this server accepts ({}, server.max_batch)",
+            items.len(),
+            gw.server.max_batch
+        )));
     }
     let session = presented_session(gw, inbound).ok().flatten();
     let version = session

@@ -121,6 +121,16 @@ pub struct ServerConfig {
     /// long-running tool, a blocking result). Default `60s`.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// Most entries one JSON-RPC batch may hold (2025-03-26 sessions); a longer
+    /// batch is refused whole with -32600, so one request cannot fan out into
+    /// unbounded engine calls. Default 32.
+    pub max_batch: usize,
+    /// Most requests that may wait for runs at once (synchronous calls of
+    /// long-running tools, blocking `tasks/result`), in all. Past it a request is
+    /// refused at once with a retryable error. Default 256.
+    pub max_waits: usize,
+    /// Most requests of one caller that may wait for runs at once. Default 16.
+    pub max_waits_per_caller: usize,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +142,9 @@ impl Default for ServerConfig {
             max_body_bytes: 1024 * 1024,
             call_timeout: Duration::from_secs(15),
             max_wait: Duration::from_secs(60),
+            max_batch: 32,
+            max_waits: 256,
+            max_waits_per_caller: 16,
         }
     }
 }

@@ -23,6 +23,7 @@ use super::engines;
 use super::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Keyring, Purpose, TaskClaims,
 };
+use super::slots::{Full, WaitSlot, WaitSlots};
 use super::validate;
 
 /// What the core refuses or fails with. Dialects turn these into their wire
@@ -50,6 +51,9 @@ pub enum CoreError {
     /// An answer to an input request is malformed or does not fit its schema.
     #[error("{0}")]
     InvalidAnswer(String),
+    /// A bound on blocking requests is reached; retry later.
+    #[error("taskgate is busy: {0}; retry later")]
+    Busy(Full),
     /// The engine said something the client must hear.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -93,6 +97,7 @@ pub struct Gateway {
     pub bearer: Vec<(String, String)>,
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
+    waits: Arc<WaitSlots>,
 }
 
 /// A started run: its claims and the sealed handle the client gets.
@@ -177,6 +182,10 @@ impl Gateway {
 
         match checked.keys {
             Some(keys) if problems.is_empty() => Ok(Self {
+                waits: Arc::new(WaitSlots::new(
+                    cfg.server.max_waits,
+                    cfg.server.max_waits_per_caller,
+                )),
                 server: cfg.server,
                 keys,
                 tools,
@@ -339,6 +348,23 @@ impl Gateway {
             .read(&native.to_owned())
             .await
             .map_err(not_found)
+    }
+
+    /// Takes a slot for a request of `caller` that is going to wait for a run;
+    /// hold it for the life of the request.
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::Busy`] when `server.max_waits` or
+    /// `server.max_waits_per_caller` is reached.
+    pub fn hold_wait(&self, caller: &str) -> Result<WaitSlot, CoreError> {
+        self.waits.take(caller).map_err(CoreError::Busy)
+    }
+
+    /// Requests waiting for runs right now.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waits.held()
     }
 
     /// Waits, within this request, until the run is terminal or asks for input,

@@ -7,6 +7,7 @@ pub mod config;
 pub mod engines;
 pub mod gateway;
 pub mod handle;
+pub mod slots;
 mod validate;
 
 pub use config::{ConfigFileError, ConfigProblem};

@@ -118,6 +118,8 @@ async fn wait_call(
     args: Value,
     params: &Value,
 ) -> Result<Value, RpcError> {
+    // The wait is bounded before anything starts: a refused call starts nothing.
+    let _slot = gw.hold_wait(caller)?;
     let started = gw
         .start(caller, tool, args, Dialect::PlainHandle, None)
         .await?;

@@ -310,6 +310,23 @@ async fn call_tool(
             ))
         }
     };
+    // How long to wait for input before answering: a task is created after
+    // `input_wait` (or at once); a synchronous call waits for the outcome.
+    let limit = if as_task {
+        if declared.elicitation {
+            tool.config.input_wait.unwrap_or_default()
+        } else {
+            Duration::ZERO
+        }
+    } else {
+        tool.config.max_wait.unwrap_or(gw.server.max_wait)
+    };
+    // A call that will wait holds a slot from before its run starts.
+    let _slot = if limit.is_zero() {
+        None
+    } else {
+        Some(gw.hold_wait(caller)?)
+    };
     let digest = arguments_digest(&args);
     // The retry of an input_required result names its run in requestState;
     // a first call starts one.
@@ -338,17 +355,6 @@ async fn call_tool(
             let handle = gw.keys.seal(Purpose::Task, caller, &claims);
             (claims, handle)
         }
-    };
-    // How long to wait for input before answering: a task is created after
-    // `input_wait` (or at once); a synchronous call waits for the outcome.
-    let limit = if as_task {
-        if declared.elicitation {
-            tool.config.input_wait.unwrap_or_default()
-        } else {
-            Duration::ZERO
-        }
-    } else {
-        tool.config.max_wait.unwrap_or(gw.server.max_wait)
     };
     let deadline = Instant::now() + limit;
     let mut answered = HashSet::new();

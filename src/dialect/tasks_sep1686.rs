@@ -146,6 +146,7 @@ async fn result(
     claims: &TaskClaims,
     tool: &Tool,
 ) -> Result<Value, RpcError> {
+    let _slot = gw.hold_wait(caller)?;
     let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
     let deadline = Instant::now() + limit;
     let mut sent = HashSet::new();

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# taskgate's benchmark: one command, one table.
+#
+#   scripts/bench.sh                  # 15 s per run; the 1-million-request run at the end
+#   BENCH_SECONDS=5 BENCH_MILLION=0 scripts/bench.sh   # quick look
+#
+# Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
+# mode, starts both on loopback, and drives each with the same load generator
+# (wrk) in the same run: tasks/get of one live exec task in 2026-07-28 and in
+# 2025-11-25, at 16 and 64 connections. Prints req/s, p50/p99, server CPU per
+# request, engine calls per request (taskgate's /metrics), and the ratio to the
+# yardstick; then RSS idle and peak, tools/call → CreateTaskResult latency, the
+# time from exec to ready, and RSS after a run of a million requests.
+# Numbers belong in the README and issue notes, never in test assertions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+seconds=${BENCH_SECONDS:-15}
+million=${BENCH_MILLION:-1}
+threads=${BENCH_THREADS:-2}
+
+if ! command -v wrk >/dev/null; then
+    echo "installing wrk (Debian)" >&2
+    apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null
+fi
+cargo build --release --quiet --bin taskgate --example baseline --example load
+bin="$root/target/release/taskgate"
+baseline_bin="$root/target/release/examples/baseline"
+load_bin="$root/target/release/examples/load"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    # The bench task's supervisor and process run detached: stop them too.
+    pkill -f "$work/spool" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+tg_port=$(free_port)
+base_port=$(free_port)
+cat > "$work/bench.toml" <<TOML
+[server]
+listen = "127.0.0.1:$tg_port"
+
+[keys]
+seal = [{ id = "bench", dev_secret = "bench-secret-0123456789abcdef-0123456789" }]
+
+[engines.local]
+kind = "exec"
+spool_dir = "$work/spool"
+
+[[tools]]
+name = "bench_sleep"
+engine = "local"
+mode = "async"
+poll_interval = "1s"
+target = { command = ["/bin/sleep", "3600"] }
+TOML
+
+ms() { date +%s%N | awk '{ printf "%d", $1 / 1000000 }'; }
+wait_ready() {
+    local url=$1 until=$(( $(date +%s) + 30 ))
+    until curl -sf -o /dev/null "$url"; do
+        [ "$(date +%s)" -lt "$until" ] || { echo "not ready: $url" >&2; exit 1; }
+        sleep 0.005
+    done
+}
+
+t0=$(ms)
+TASKGATE_LOG=warn "$bin" serve --config "$work/bench.toml" 2>"$work/taskgate.log" &
+tg_pid=$!
+pids+=("$tg_pid")
+wait_ready "http://127.0.0.1:$tg_port/healthz"
+ready_ms=$(( $(ms) - t0 ))
+"$baseline_bin" "127.0.0.1:$base_port" 2>/dev/null &
+base_pid=$!
+pids+=("$base_pid")
+until curl -s -o /dev/null -X POST "http://127.0.0.1:$base_port/mcp" -d '{}'; do sleep 0.01; done
+
+url="http://127.0.0.1:$tg_port/mcp"
+META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
+post26() { # method name body
+    curl -sf "$url" -H 'content-type: application/json' -H 'mcp-protocol-version: 2026-07-28' \
+        -H "mcp-method: $1" -H "mcp-name: $2" -d "$3"
+}
+task26=$(post26 tools/call bench_sleep '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bench_sleep","arguments":{},'"$META"'}}' \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["taskId"])')
+session=$(curl -sf -D - -o /dev/null "$url" -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
+    | tr -d '\r' | awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}')
+task25=$(curl -sf "$url" -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+    -H 'mcp-protocol-version: 2025-11-25' -H "mcp-session-id: $session" \
+    -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bench_sleep","arguments":{},"task":{}}}' \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["task"]["taskId"])')
+
+# wrk scripts: the same request every time; responses are checked for a status.
+cat > "$work/get26.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["content-type"] = "application/json"
+wrk.headers["accept"] = "application/json, text/event-stream"
+wrk.headers["mcp-protocol-version"] = "2026-07-28"
+wrk.headers["mcp-method"] = "tasks/get"
+wrk.headers["mcp-name"] = "$task26"
+wrk.body = '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"$task26",$META}}'
+LUA
+cat > "$work/get25.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["content-type"] = "application/json"
+wrk.headers["accept"] = "application/json, text/event-stream"
+wrk.headers["mcp-protocol-version"] = "2025-11-25"
+wrk.headers["mcp-session-id"] = "$session"
+wrk.body = '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"$task25"}}'
+LUA
+for f in get26 get25; do
+    cat >> "$work/$f.lua" <<'LUA'
+bad = 0
+response = function(status, headers, body)
+    if status ~= 200 or not string.find(body, '"status":"working"', 1, true) then bad = bad + 1 end
+end
+done = function(summary, latency, requests)
+    io.write(string.format("BENCH requests=%d p50=%.3f p99=%.3f errors=%d\n",
+        summary.requests, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+        summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
+LUA
+done
+# One check of what the scripts send (the answers are the real thing).
+post26 tasks/get "$task26" '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"'"$task26"'",'"$META"'}}' | grep -q '"status":"working"'
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+hwm_kb() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; }
+engine_calls() { curl -sf "http://127.0.0.1:$tg_port/metrics" | awk '/^taskgate_engine_calls_total/ { print $2 }'; }
+
+idle_rss=$(rss_kb "$tg_pid")
+
+# run NAME PID URL LUA CONNECTIONS -> one table row; sets last_rps
+results=()
+run() {
+    local name=$1 pid=$2 target=$3 lua=$4 conns=$5
+    local c0 c1 e0 e1 out reqs p50 p99 errors rps cpu_us calls
+    c0=$(cpu_ticks "$pid")
+    e0=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
+    out=$(wrk -t"$threads" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
+    c1=$(cpu_ticks "$pid")
+    e1=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
+    reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
+    p50=$(sed -n 's/^BENCH .* p50=\([0-9.]*\).*/\1/p' <<<"$out")
+    p99=$(sed -n 's/^BENCH .* p99=\([0-9.]*\).*/\1/p' <<<"$out")
+    errors=$(sed -n 's/^BENCH .* errors=\([0-9]*\).*/\1/p' <<<"$out")
+    [ -n "$reqs" ] || { echo "wrk failed: $out" >&2; exit 1; }
+    rps=$(( reqs / seconds ))
+    cpu_us=$(awk -v t=$(( c1 - c0 )) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+    calls=$( [ "$pid" = "$tg_pid" ] && awk -v e=$(( e1 - e0 )) -v n="$reqs" 'BEGIN { printf "%.3f", e / n }' || echo "-")
+    last_rps=$rps
+    last_cpu=$cpu_us
+    printf '%-28s %5s %9s %8s %8s %10s %9s %7s\n' "$name" "$conns" "$rps" "$p50" "$p99" "$cpu_us" "$calls" "$errors"
+}
+
+echo
+echo "taskgate $( "$bin" --version | awk '{print $2}' ) — $(nproc) cores, wrk -t$threads, ${seconds}s per run"
+printf '%-28s %5s %9s %8s %8s %10s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "calls/req" "errors"
+for conns in 16 64; do
+    run "baseline (bare axum)" "$base_pid" "http://127.0.0.1:$base_port/mcp" "$work/get26.lua" "$conns"
+    b_rps=$last_rps b_cpu=$last_cpu
+    for dialect in 26 25; do
+        label=$([ $dialect = 26 ] && echo "tasks/get 2026-07-28" || echo "tasks/get 2025-11-25")
+        run "$label" "$tg_pid" "$url" "$work/get$dialect.lua" "$conns"
+        awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
+            'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
+    done
+done
+peak_rss=$(hwm_kb "$tg_pid")
+
+echo
+"$load_bin" calls "$url" 50
+if [ "$million" = 1 ]; then
+    before=$(rss_kb "$tg_pid")
+    secs=$(awk -v r="$last_rps" 'BEGIN { s = int(1000000 / (r > 0 ? r : 1)) + 1; print s }')
+    out=$(wrk -t"$threads" -c64 -d"${secs}s" -s "$work/get26.lua" "$url" 2>&1)
+    reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
+    after=$(rss_kb "$tg_pid")
+    echo "RSS around $reqs tasks/get (64 connections, ${secs}s): before $((before / 1024)) MB, after $((after / 1024)) MB"
+fi
+echo "RSS: idle $((idle_rss / 1024)) MB (one task), peak $((peak_rss / 1024)) MB (VmHWM after the runs)"
+echo "exec to ready (serve started → /healthz answers): ${ready_ms} ms"
+"$load_bin" handles
