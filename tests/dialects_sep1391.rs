@@ -4,19 +4,19 @@
 //! input_required, completed, failed, canceled), results, and each error path.
 //! The last test measures what a status lookup by token costs.
 
-mod dialects_support;
+mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use dialects_support::*;
+use common::*;
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// A 2025-06-18 session that opted in to SEP-1391.
-async fn opted(server: &Server) -> Client {
-    let mut c = server.client();
+async fn opted(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize(
             "2025-06-18",
@@ -32,8 +32,8 @@ async fn opted(server: &Server) -> Client {
 }
 
 /// A 2025-06-18 session that did not opt in.
-async fn plain(server: &Server) -> Client {
-    let mut c = server.client();
+async fn plain(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize("2025-06-18", json!({ "elicitation": {} }))
         .await;
@@ -44,7 +44,7 @@ async fn plain(server: &Server) -> Client {
     c
 }
 
-async fn start_op(c: &Client, tool: &str, arguments: Value, token: &str) -> Value {
+async fn start_op(c: &Legacy, tool: &str, arguments: Value, token: &str) -> Value {
     let answer = c
         .request(
             "tools/call",
@@ -54,12 +54,12 @@ async fn start_op(c: &Client, tool: &str, arguments: Value, token: &str) -> Valu
     answer.result().clone()
 }
 
-async fn status(c: &Client, token: &str) -> Posted {
+async fn status(c: &Legacy, token: &str) -> Reply {
     c.request("tools/async/status", json!({ "token": token }))
         .await
 }
 
-async fn result_of(c: &Client, token: &str) -> Posted {
+async fn result_of(c: &Legacy, token: &str) -> Reply {
     c.request("tools/async/result", json!({ "token": token }))
         .await
 }
@@ -67,13 +67,12 @@ async fn result_of(c: &Client, token: &str) -> Posted {
 /// Polls `tools/async/status` until `done` holds for its result; returns every
 /// status word seen, in order (repeats collapsed), and the last result.
 async fn poll_until(
-    c: &Client,
+    c: &Legacy,
     token: &str,
     done: impl Fn(&Value) -> bool,
 ) -> (Vec<String>, Value) {
     let mut seen: Vec<String> = Vec::new();
-    let deadline = Instant::now() + LIMIT;
-    loop {
+    let result = wait_for(&format!("operation {token}"), LIMIT, async || {
         let answer = status(c, token).await;
         let result = answer.result().clone();
         let word = result["status"].as_str().expect("status").to_owned();
@@ -81,14 +80,13 @@ async fn poll_until(
             seen.push(word);
         }
         if done(&result) {
-            return (seen, result);
+            Ok(result)
+        } else {
+            Err(format!("seen {seen:?}, last {result}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "operation {token} stuck; seen {seen:?}, last {result}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    (seen, result)
 }
 
 fn is(word: &'static str) -> impl Fn(&Value) -> bool {
@@ -97,7 +95,7 @@ fn is(word: &'static str) -> impl Fn(&Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opt_in_session_and_filtered_tool_list() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
 
     let c = opted(&server).await;
@@ -161,7 +159,7 @@ async fn opt_in_session_and_filtered_tool_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_retry_status_to_completed_and_result() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-retry-1";
@@ -229,7 +227,7 @@ async fn token_retry_status_to_completed_and_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_required_round_trip() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-ask-1";
@@ -299,7 +297,7 @@ async fn sleeper_run(setup: &Setup) -> (std::path::PathBuf, i32, i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canceled_by_operation_token_stops_the_process() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-cancel-1";
@@ -343,7 +341,7 @@ async fn canceled_by_operation_token_stops_the_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_when_the_run_is_lost() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-lost-1";
@@ -351,7 +349,7 @@ async fn failed_when_the_run_is_lost() {
     let (dir, shell, child) = sleeper_run(&setup).await;
     // The host loses the run: its supervisor and process die without a
     // record of how (as after a reboot or an OOM kill).
-    let supervisor = record_pid(&dir.join("supervisor.json")).expect("supervisor pid");
+    let supervisor = recorded_pid(&dir.join("supervisor.json")).expect("supervisor pid");
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill supervisor");
@@ -376,7 +374,7 @@ async fn failed_when_the_run_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_error_is_completed_with_is_error() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-fail-1";
@@ -398,7 +396,7 @@ async fn tool_error_is_completed_with_is_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_token_and_call_errors() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
 
@@ -448,7 +446,7 @@ async fn unknown_token_and_call_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_expiry() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-brief-1";
@@ -496,9 +494,9 @@ async fn keep_alive_expiry() {
     assert_eq!(setup.runs_of("brief").len(), 1);
 }
 
-fn many_tools(n: usize) -> Vec<ToolSpec> {
+fn many_tools(n: usize) -> Vec<Tool> {
     (1..=n)
-        .map(|i| ToolSpec::new(&format!("work{i:02}"), "hybrid", "work.sh", WORK_SCHEMA))
+        .map(|i| Tool::new(&format!("work{i:02}"), "hybrid", "work.sh", WORK_SCHEMA).arg("steps"))
         .collect()
 }
 
@@ -509,7 +507,7 @@ async fn status_lookup_cost() {
     const LOOKUPS: u32 = 50;
     let mut report = Vec::new();
     for n in [1usize, 20] {
-        let setup = Setup::new(&many_tools(n));
+        let setup = Setup::with_tools(&many_tools(n));
         let server = Server::start(&setup).await;
         let c = opted(&server).await;
         // The operation lives in the last tool configured.
@@ -551,24 +549,29 @@ async fn status_lookup_cost() {
 /// `notifications/cancelled` naming the original `tools/call` id cancels it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_cancel_by_request_id() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let mut s = StdioServer::start(&setup);
-    let init = s.call(
-        "initialize",
-        json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
-                "clientInfo": { "name": "dialect-tests", "version": "1" } }),
-    );
+    let init = s
+        .request_raw(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
+                    "clientInfo": { "name": "dialect-tests", "version": "1" } }),
+        )
+        .await;
     assert_eq!(
         init["result"]["capabilities"]["experimental"][SEP1391],
         json!({}),
         "{init}"
     );
-    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
-    let call_id = s.request(
-        "tools/call",
-        json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
-    );
-    let started = s.response(&call_id, LIMIT);
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await;
+    let call_id = s
+        .send_request(
+            "tools/call",
+            json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
+        )
+        .await;
+    let started = s.response(&call_id, LIMIT).await;
     assert_eq!(
         started["result"]["operation"]["status"], "submitted",
         "{started}"
@@ -578,10 +581,13 @@ async fn stdio_cancel_by_request_id() {
     s.send(
         &json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": { "requestId": call_id, "reason": "user abort" } }),
-    );
-    wait_for("canceled", LIMIT, || {
-        let r = s.call("tools/async/status", json!({ "token": "op-stdio-1" }));
-        async move { (r["result"]["status"] == "canceled").then_some(()) }
+    )
+    .await;
+    wait_for("canceled", LIMIT, async || {
+        let r = s
+            .request_raw("tools/async/status", json!({ "token": "op-stdio-1" }))
+            .await;
+        (r["result"]["status"] == "canceled").then_some(())
     })
     .await;
     wait_for("the sleeper's processes to end", LIMIT, || async {

@@ -4,7 +4,7 @@
 // an input_required round trip answered by the client's elicitation handler.
 //
 // The server is the built binary (TASKGATE_BIN, default target/debug/taskgate)
-// with the exec engine running the scripts in tests/dialect-tools/.
+// with the exec engine running the scripts in tests/tools/.
 
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -23,7 +23,7 @@ import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../../../..');
 const bin = resolve(repo, process.env.TASKGATE_BIN ?? 'target/debug/taskgate');
-const tools = join(repo, 'tests/dialect-tools');
+const tools = join(repo, 'tests/tools');
 const KEY_VAR = 'TASKGATE_TS_TEST_KEY';
 const KEY = 'ts-sdk-test-key-0123456789abcdef-0123456789';
 const LIMIT_MS = 30_000;
@@ -50,14 +50,14 @@ function alive(pid) {
   }
 }
 
-/** A temporary config (and spool) whose tools are the dialect-test scripts. */
+/** A temporary config (and spool) whose tools are the scripts in tests/tools (work in 0.2 s steps, ask "Approve ...?"). */
 function makeSetup() {
   const dir = mkdtempSync(join(tmpdir(), 'taskgate-ts-sdk1-'));
   const spool = join(dir, 'spool');
-  const tool = (name, mode, script, schema) =>
+  const tool = (name, mode, script, schema, args = []) =>
     `[[tools]]\nname = "${name}"\ndescription = "test tool ${name}"\nengine = "local"\nmode = "${mode}"\n` +
     `poll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = ${schema}\n` +
-    `target = { command = [${JSON.stringify(join(tools, script))}] }\n\n`;
+    `target = { command = ${JSON.stringify([join(tools, script), ...args])} }\n\n`;
   const label = '{ type = "object", required = ["label"], properties = { label = { type = "string" }, steps = { type = "integer" } } }';
   const config = join(dir, 'taskgate.toml');
   writeFileSync(
@@ -65,8 +65,8 @@ function makeSetup() {
     `[server]\nlisten = "127.0.0.1:0"\nmax_wait = "30s"\n\n` +
       `[keys]\nseal = [{ id = "k1", secret_env = "${KEY_VAR}" }]\n\n` +
       `[engines.local]\nkind = "exec"\nspool_dir = ${JSON.stringify(spool)}\ngrace_period = "1s"\n\n` +
-      tool('work', 'hybrid', 'work.sh', label) +
-      tool('ask', 'async', 'ask.sh', label) +
+      tool('work', 'hybrid', 'work.sh', label, ['steps']) +
+      tool('ask', 'async', 'ask.sh', label, ['Approve']) +
       tool('sleeper', 'async', 'sleeper.sh', '{ type = "object" }'),
   );
   return { dir, spool, config };
