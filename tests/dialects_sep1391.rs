@@ -45,23 +45,10 @@ async fn plain(server: &Server) -> Legacy {
 }
 
 async fn start_op(c: &Legacy, tool: &str, arguments: Value, token: &str) -> Value {
-    let answer = c
-        .request(
-            "tools/call",
-            json!({ "name": tool, "arguments": arguments, "operation": { "token": token, "keepAlive": 120 } }),
-        )
-        .await;
-    answer.result().clone()
-}
-
-async fn status(c: &Legacy, token: &str) -> Reply {
-    c.request("tools/async/status", json!({ "token": token }))
+    c.call_op(tool, arguments, token, 120)
         .await
-}
-
-async fn result_of(c: &Legacy, token: &str) -> Reply {
-    c.request("tools/async/result", json!({ "token": token }))
-        .await
+        .result()
+        .clone()
 }
 
 /// Polls `tools/async/status` until `done` holds for its result; returns every
@@ -73,7 +60,7 @@ async fn poll_until(
 ) -> (Vec<String>, Value) {
     let mut seen: Vec<String> = Vec::new();
     let result = wait_for(&format!("operation {token}"), LIMIT, async || {
-        let answer = status(c, token).await;
+        let answer = c.op_status(token).await;
         let result = answer.result().clone();
         let word = result["status"].as_str().expect("status").to_owned();
         if seen.last() != Some(&word) {
@@ -212,7 +199,7 @@ async fn token_retry_status_to_completed_and_result() {
     assert_eq!(seen, vec!["working", "completed"], "statuses seen in order");
     assert!(last.get("error").is_none(), "{last}");
 
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(
@@ -237,7 +224,7 @@ async fn input_required_round_trip() {
     // stream carrying the server's elicitation request first.
     let deadline = Instant::now() + LIMIT;
     let (request, answer) = loop {
-        let answer = status(&c, token).await;
+        let answer = c.op_status(token).await;
         if answer.result()["status"] == "input_required" {
             assert!(
                 answer.is_sse(),
@@ -275,7 +262,7 @@ async fn input_required_round_trip() {
         !seen.contains(&"input_required".to_owned()),
         "answered: {seen:?}"
     );
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["structuredContent"]["label"], "v42");
@@ -311,7 +298,7 @@ async fn canceled_by_operation_token_stops_the_process() {
     assert!(alive(shell) && alive(child));
 
     // Not finished: no result yet.
-    let early = result_of(&c, token).await;
+    let early = c.op_result(token).await;
     assert_eq!(early.code(), -32602);
     assert!(early.message().contains("working"), "{}", early.message());
 
@@ -329,8 +316,8 @@ async fn canceled_by_operation_token_stops_the_process() {
     })
     .await;
     // Canceled stays canceled; its result is refused, never silent.
-    assert_eq!(status(&c, token).await.result()["status"], "canceled");
-    let refused = result_of(&c, token).await;
+    assert_eq!(c.op_status(token).await.result()["status"], "canceled");
+    let refused = c.op_result(token).await;
     assert_eq!(refused.code(), -32602);
     assert!(
         refused.message().contains("canceled"),
@@ -366,7 +353,7 @@ async fn failed_when_the_run_is_lost() {
     let (_, last) = poll_until(&c, token, is("failed")).await;
     let error = last["error"].as_str().expect("failed carries error");
     assert!(error.contains("lost"), "{error}");
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], true, "{result}");
     assert!(text(result).contains("lost"), "{result}");
@@ -384,7 +371,7 @@ async fn tool_error_is_completed_with_is_error() {
         last["status"], "completed",
         "a tool error is completed in D4: {last}"
     );
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], true, "{result}");
     let t = text(result);
@@ -455,12 +442,12 @@ async fn keep_alive_expiry() {
     poll_until(&c, token, is("completed")).await;
     let completed_at = Instant::now();
     assert_eq!(
-        result_of(&c, token).await.result()["result"]["isError"],
+        c.op_result(token).await.result()["result"]["isError"],
         false
     );
 
     let answer = wait_for("the operation to expire", LIMIT, || async {
-        let a = status(&c, token).await;
+        let a = c.op_status(token).await;
         a.response().get("error").is_some().then_some(a)
     })
     .await;
@@ -473,7 +460,7 @@ async fn keep_alive_expiry() {
         answer.message(),
         "Failed to retrieve operation: Operation has expired"
     );
-    let r = result_of(&c, token).await;
+    let r = c.op_result(token).await;
     assert_eq!(r.code(), -32602);
     assert_eq!(
         r.message(),
@@ -516,11 +503,11 @@ async fn status_lookup_cost() {
         start_op(&c, &last, json!({ "label": "cost", "steps": 0 }), &token).await;
         poll_until(&c, &token, is("completed")).await;
         // Warm up, then measure.
-        status(&c, &token).await;
+        c.op_status(&token).await;
         let calls_before = server.engine_calls().await;
         let t0 = Instant::now();
         for _ in 0..LOOKUPS {
-            assert_eq!(status(&c, &token).await.result()["status"], "completed");
+            assert_eq!(c.op_status(&token).await.result()["status"], "completed");
         }
         let per_lookup = t0.elapsed() / LOOKUPS;
         let calls = server.engine_calls().await - calls_before;
@@ -528,7 +515,7 @@ async fn status_lookup_cost() {
         let calls_before = server.engine_calls().await;
         let t0 = Instant::now();
         for _ in 0..LOOKUPS {
-            assert_eq!(status(&c, &c.next_id().to_string()).await.code(), -32602);
+            assert_eq!(c.op_status(&c.next_id().to_string()).await.code(), -32602);
         }
         let per_miss = t0.elapsed() / LOOKUPS;
         let miss_calls = server.engine_calls().await - calls_before;

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_for, Client, Legacy, Server, Setup};
+use common::{more_fields, tool_entry, wait_for, Client, Legacy, Server, Setup};
 use serde_json::{json, Value};
 use taskgate_github::testing::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
 
@@ -21,11 +21,6 @@ const DISPATCH: &str = "POST /repos/octo-org/octo-repo/actions/workflows/deploy.
 /// One tool `deploy` on the double's workflow; `extra_target` is added to the
 /// target table.
 fn setup(d: &Double, extra_target: &str) -> Setup {
-    let extra = if extra_target.is_empty() {
-        String::new()
-    } else {
-        format!(", {extra_target}")
-    };
     let body = format!(
         r#"[engines.gh]
 kind = "github"
@@ -33,17 +28,18 @@ token_env = "{TOKEN_VAR}"
 base_url = "{url}"
 lookup_delay = "10ms"
 
-[[tools]]
-name = "deploy"
-description = "Deploy a version through GitHub Actions"
-engine = "gh"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", required = ["version"], properties = {{ version = {{ type = "string" }}, environment = {{ type = "string", enum = ["staging", "production"] }}, replicas = {{ type = "integer" }} }} }}
-target = {{ owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}"{extra} }}
-"#,
-        url = d.url
+{tool}"#,
+        url = d.url,
+        tool = tool_entry(
+            "deploy",
+            "Deploy a version through GitHub Actions",
+            "gh",
+            r#"{ type = "object", required = ["version"], properties = { version = { type = "string" }, environment = { type = "string", enum = ["staging", "production"] }, replicas = { type = "integer" } } }"#,
+            &format!(
+                r#"owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}"{}"#,
+                more_fields(extra_target)
+            ),
+        ),
     );
     Setup::config(&body, &[(TOKEN_VAR, TOKEN)])
 }
@@ -357,16 +353,7 @@ async fn sep1391_token_retry_finds_the_run_it_dispatched() {
         json!({"experimental": {"taskgate/sep-1391": {}}}),
     )
     .await;
-    let call = |args: Value| {
-        let c = c.clone();
-        async move {
-            c.request(
-                "tools/call",
-                json!({"name": "deploy", "arguments": args, "operation": {"token": "release-8", "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| c.call_op("deploy", args, "release-8", 3600);
     let first = call(json!({"version": "8"})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -412,18 +399,12 @@ async fn sep1391_token_retry_finds_the_run_it_dispatched() {
     );
     assert_eq!(d.run_ids(), [id]);
 
-    let working = c
-        .request("tools/async/status", json!({"token": "release-8"}))
-        .await;
+    let working = c.op_status("release-8").await;
     assert_eq!(working.result()["status"], "working", "{:?}", working.body);
     d.set_run(id, "completed", Some("success"));
-    let done = c
-        .request("tools/async/status", json!({"token": "release-8"}))
-        .await;
+    let done = c.op_status("release-8").await;
     assert_eq!(done.result()["status"], "completed", "{:?}", done.body);
-    let result = c
-        .request("tools/async/result", json!({"token": "release-8"}))
-        .await;
+    let result = c.op_result("release-8").await;
     assert_eq!(
         result.result()["result"]["structuredContent"]["run_id"],
         id,

@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{wait_for, Client, Legacy, Setup};
+use common::{tool_entry, wait_for, Client, Legacy, Setup};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -310,19 +310,13 @@ fn job_template(spec: Value, annotations: Value) -> String {
 /// A `[[tools]]` block for the engine `k8s`; `target` is the inside of the
 /// target table.
 fn tool(name: &str, target: &str) -> String {
-    format!(
-        r#"[[tools]]
-name = "{name}"
-description = "A Kubernetes Job"
-engine = "k8s"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", properties = {{ dataset = {{ type = "string" }}, limit = {{ type = "integer" }} }} }}
-target = {{ {target} }}
-
-"#
-    )
+    tool_entry(
+        name,
+        "A Kubernetes Job",
+        "k8s",
+        r#"{ type = "object", properties = { dataset = { type = "string" }, limit = { type = "integer" } } }"#,
+        target,
+    ) + "\n"
 }
 
 /// The text blocks of a `CallToolResult`.
@@ -728,17 +722,7 @@ async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
     );
 
     let token = format!("op-{}", c.ns);
-    let call = |args: Value| {
-        let l = l.clone();
-        let token = token.clone();
-        async move {
-            l.request(
-                "tools/call",
-                json!({"name": "report", "arguments": args, "operation": {"token": token, "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| l.call_op("report", args, &token, 3600);
     let first = call(json!({"dataset": "d1", "limit": 2})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -775,21 +759,8 @@ async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
     assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
     assert!(job_env(&job).contains(&("ARG_DATASET".into(), "d1".into())));
 
-    wait_for("operation completed", LIMIT, || async {
-        let r = l
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "completed" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let result = l
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    l.until_op_status(&token, "completed", LIMIT).await;
+    let result = l.op_result(&token).await;
     assert_eq!(
         result.result()["result"]["structuredContent"],
         json!({"op": "done"}),

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
-use common::{wait_for, Client, Legacy, Setup};
+use common::{more_fields, tool_entry, wait_for, Client, Legacy, Setup};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
 
@@ -140,27 +140,23 @@ const HUMAN_STEP: &str = r#"human_step = { state = "Approve", message = "Approve
 /// One tool `analyze` on the state machine `arn`, through an engine whose
 /// endpoint is `endpoint`; `extra_target` is added to the target table.
 fn setup(endpoint: &str, arn: &str, extra_target: &str) -> Setup {
-    let extra = if extra_target.is_empty() {
-        String::new()
-    } else {
-        format!(", {extra_target}")
-    };
     let body = format!(
         r#"[engines.aws]
 kind = "stepfunctions"
 region = "us-east-1"
 endpoint_url = "{endpoint}"
 
-[[tools]]
-name = "analyze"
-description = "Analyze a dataset on Step Functions"
-engine = "aws"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", required = ["dataset"], properties = {{ dataset = {{ type = "string" }}, depth = {{ type = "integer" }} }} }}
-target = {{ state_machine_arn = "{arn}", input_key = "args"{extra} }}
-"#
+{tool}"#,
+        tool = tool_entry(
+            "analyze",
+            "Analyze a dataset on Step Functions",
+            "aws",
+            r#"{ type = "object", required = ["dataset"], properties = { dataset = { type = "string" }, depth = { type = "integer" } } }"#,
+            &format!(
+                r#"state_machine_arn = "{arn}", input_key = "args"{}"#,
+                more_fields(extra_target)
+            ),
+        ),
     );
     Setup::config(&body, &AWS_ENV)
 }
@@ -417,17 +413,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     );
 
     let token = unique("op");
-    let call = |args: Value| {
-        let c = c.clone();
-        let token = token.clone();
-        async move {
-            c.request(
-                "tools/call",
-                json!({"name": "analyze", "arguments": args, "operation": {"token": token, "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| c.call_op("analyze", args, &token, 3600);
     let first = call(json!({"dataset": "d1", "depth": 2})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -459,9 +445,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     assert_eq!(executions(&url, &arn).await.len(), 1);
 
     // Not finished yet: no result.
-    let early = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    let early = c.op_result(&token).await;
     if early.is_ok() {
         // It may have finished already on a slow machine; then it is the result.
         assert_eq!(
@@ -473,21 +457,8 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     } else {
         assert_eq!(early.error()["code"], -32602, "{:?}", early.body);
     }
-    wait_for("operation completed", LIMIT, || async {
-        let r = c
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "completed" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let result = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    c.until_op_status(&token, "completed", LIMIT).await;
+    let result = c.op_result(&token).await;
     assert_eq!(
         result.result()["result"]["structuredContent"]["args"],
         json!({"dataset": "d1", "depth": 2}),
@@ -499,9 +470,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     assert!(late.is_ok(), "{:?}", late.body);
     assert_eq!(executions(&url, &arn).await.len(), 1);
     // An unknown token is not found.
-    let unknown = c
-        .request("tools/async/status", json!({"token": unique("nope")}))
-        .await;
+    let unknown = c.op_status(&unique("nope")).await;
     assert_eq!(unknown.error()["code"], -32602, "{:?}", unknown.body);
 }
 
@@ -525,9 +494,7 @@ async fn sep1391_cancel_by_operation_token_aborts_upstream() {
         )
         .await;
     assert!(started.is_ok(), "{:?}", started.body);
-    let status = c
-        .request("tools/async/status", json!({"token": token}))
-        .await;
+    let status = c.op_status(&token).await;
     assert_eq!(status.result()["status"], "working", "{:?}", status.body);
     let posted = c
         .post(
@@ -537,25 +504,12 @@ async fn sep1391_cancel_by_operation_token_aborts_upstream() {
         .await
         .status;
     assert_eq!(posted, 202);
-    wait_for("canceled", LIMIT, || async {
-        let r = c
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "canceled" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
+    c.until_op_status(&token, "canceled", LIMIT).await;
     assert_eq!(
         only_execution_status(&url, &arn).await,
         ExecutionStatus::Aborted
     );
-    let result = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    let result = c.op_result(&token).await;
     assert_eq!(result.error()["code"], -32602, "{:?}", result.body);
 }
 

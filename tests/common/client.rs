@@ -631,6 +631,49 @@ impl Legacy {
         .await
     }
 
+    /// A SEP-1391 `tools/call` starting (or finding) the operation `token`,
+    /// kept `keep_alive` seconds.
+    pub async fn call_op(
+        &self,
+        name: &str,
+        arguments: Value,
+        token: &str,
+        keep_alive: u64,
+    ) -> Reply {
+        self.request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments,
+                    "operation": { "token": token, "keepAlive": keep_alive } }),
+        )
+        .await
+    }
+
+    /// `tools/async/status` of the operation `token`.
+    pub async fn op_status(&self, token: &str) -> Reply {
+        self.request("tools/async/status", json!({ "token": token }))
+            .await
+    }
+
+    /// `tools/async/result` of the operation `token`.
+    pub async fn op_result(&self, token: &str) -> Reply {
+        self.request("tools/async/result", json!({ "token": token }))
+            .await
+    }
+
+    /// Polls `tools/async/status` until the operation's status is `status`
+    /// (every read must succeed); returns that status result.
+    pub async fn until_op_status(&self, token: &str, status: &str, limit: Duration) -> Value {
+        wait_for(&format!("operation {token} {status}"), limit, async || {
+            let r = self.op_status(token).await.result().clone();
+            if r["status"] == status {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        })
+        .await
+    }
+
     /// One request whose SSE stream may carry requests from the server
     /// (`elicitation/create`): each is answered, while the stream is still open,
     /// with what `answer` returns (posted as a JSON-RPC response). Returns the

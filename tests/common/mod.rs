@@ -31,8 +31,8 @@ pub use client::{
 pub use procs::{alive, group_members, recorded_pid};
 pub use server::{free_port, Server, StdioServer};
 pub use setup::{
-    core_tools, dialect_tools, toml_str, Bearer, Options, Setup, Tool, LABEL_SCHEMA, TOOL_NAMES,
-    WORK_SCHEMA,
+    core_tools, dialect_tools, more_fields, toml_str, tool_entry, Bearer, Options, Setup, Tool,
+    LABEL_SCHEMA, TOOL_NAMES, WORK_SCHEMA,
 };
 
 /// The environment variable the test configs name as their sealing key.

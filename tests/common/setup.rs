@@ -381,6 +381,32 @@ impl Drop for Setup {
     }
 }
 
+/// A hybrid `[[tools]]` table on the engine `engine` (polled every 200 ms,
+/// kept an hour); `schema` is its input schema and `target` the inside of its
+/// target table, both TOML.
+pub fn tool_entry(
+    name: &str,
+    description: &str,
+    engine: &str,
+    schema: &str,
+    target: &str,
+) -> String {
+    format!(
+        "[[tools]]\nname = \"{name}\"\ndescription = \"{description}\"\nengine = \"{engine}\"\n\
+         mode = \"hybrid\"\npoll_interval = \"200ms\"\nkeep_alive = \"1h\"\n\
+         input_schema = {schema}\ntarget = {{ {target} }}\n"
+    )
+}
+
+/// `, EXTRA` to append to an inline table, or nothing when `extra` is empty.
+pub fn more_fields(extra: &str) -> String {
+    if extra.is_empty() {
+        String::new()
+    } else {
+        format!(", {extra}")
+    }
+}
+
 /// A TOML basic string holding `path`.
 pub fn toml_str(path: &Path) -> String {
     serde_json::to_string(&path.display().to_string()).unwrap()
