@@ -440,21 +440,6 @@ async fn d2_client(server: &Server) -> Legacy {
     c
 }
 
-async fn create_task(c: &Legacy, name: &str, arguments: Value) -> String {
-    let answer = c
-        .request(
-            "tools/call",
-            json!({ "name": name, "arguments": arguments, "task": { "ttl": 60000 } }),
-        )
-        .await;
-    let task = &answer.result()["task"];
-    assert_eq!(task["status"], "working", "{task}");
-    for field in ["createdAt", "lastUpdatedAt", "pollInterval"] {
-        assert!(task.get(field).is_some(), "{field} in {task}");
-    }
-    task["taskId"].as_str().expect("taskId").to_owned()
-}
-
 async fn task_get(c: &Legacy, id: &str) -> Value {
     c.request("tasks/get", json!({ "taskId": id }))
         .await
@@ -483,7 +468,9 @@ async fn d2_tools_call_get_result() {
     assert!(tool(&tools, "quick").get("execution").is_none());
     assert!(tools.iter().all(|t| t.get("invocationMode").is_none()));
 
-    let id = create_task(&c, "work", json!({ "label": "t1", "steps": 5 })).await;
+    let id = c
+        .start_task("work", json!({ "label": "t1", "steps": 5 }))
+        .await;
     let got = task_get(&c, &id).await;
     assert_eq!(got["taskId"], id.as_str());
     assert_eq!(got["status"], "working");
@@ -508,7 +495,7 @@ async fn d2_tools_call_get_result() {
     assert!(late.message().contains("terminal"), "{}", late.message());
 
     // A tool error: failed, yet tasks/result succeeds with isError.
-    let id = create_task(&c, "fail", json!({ "label": "f1" })).await;
+    let id = c.start_task("fail", json!({ "label": "f1" })).await;
     let r = c.request("tasks/result", json!({ "taskId": id })).await;
     assert_eq!(r.result()["isError"], true);
     assert_eq!(task_get(&c, &id).await["status"], "failed");
@@ -541,7 +528,7 @@ async fn d2_cancel() {
     let setup = Setup::with_tools(&d2_tools());
     let server = Server::start(&setup).await;
     let c = d2_client(&server).await;
-    let id = create_task(&c, "sleeper", json!({})).await;
+    let id = c.start_task("sleeper", json!({})).await;
     let (shell, child) = wait_for("the sleeper's pids", LIMIT, || async {
         let dir = setup.runs_of("sleeper").into_iter().next()?;
         let text = std::fs::read_to_string(dir.join("sleeper.pids")).ok()?;
@@ -574,7 +561,7 @@ async fn d2_input_required_on_the_result_stream() {
     let setup = Setup::with_tools(&d2_tools());
     let server = Server::start(&setup).await;
     let c = d2_client(&server).await;
-    let id = create_task(&c, "ask", json!({ "label": "d2" })).await;
+    let id = c.start_task("ask", json!({ "label": "d2" })).await;
     wait_for("input_required", LIMIT, || async {
         (task_get(&c, &id).await["status"] == "input_required").then_some(())
     })

@@ -420,16 +420,7 @@ async fn tasks_2025_result_blocks_until_the_run_finishes() {
     let s = setup(&d, "");
     let server = s.server().await;
     let c = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
-    let started = c
-        .request(
-            "tools/call",
-            json!({"name": "deploy", "arguments": {"version": "10"}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
+    let task = c.start_task("deploy", json!({"version": "10"})).await;
     let id = only_run(&d);
     d.clear_seen();
 

@@ -799,17 +799,7 @@ async fn tasks_2025_result_blocks_until_the_job_is_done() {
         "{:?}",
         tools.body
     );
-    let started = l
-        .request(
-            "tools/call",
-            json!({"name": "job", "arguments": {}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
-    assert_eq!(started.result()["task"]["status"], "working");
+    let task = l.start_task("job", json!({})).await;
     let polled = l.request("tasks/get", json!({"taskId": task})).await;
     assert_eq!(polled.result()["status"], "working", "{:?}", polled.body);
 

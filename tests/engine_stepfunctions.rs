@@ -531,17 +531,7 @@ async fn tasks_2025_result_blocks_until_done_and_elicits_the_human_step() {
         "{:?}",
         tools.body
     );
-    let started = c
-        .request(
-            "tools/call",
-            json!({"name": "analyze", "arguments": {"dataset": "d1"}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
-    assert_eq!(started.result()["task"]["status"], "working");
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
 
     let polled = wait_for("input_required", LIMIT, || async {
         let r = c.request("tasks/get", json!({"taskId": task})).await;

@@ -631,6 +631,23 @@ impl Legacy {
         .await
     }
 
+    /// A 2025-11-25 task-augmented `tools/call` (ttl 60 s) that must create a
+    /// working task with its timestamps and poll interval; returns its id.
+    pub async fn start_task(&self, name: &str, arguments: Value) -> String {
+        let answer = self
+            .request(
+                "tools/call",
+                json!({ "name": name, "arguments": arguments, "task": { "ttl": 60000 } }),
+            )
+            .await;
+        let task = &answer.result()["task"];
+        assert_eq!(task["status"], "working", "{task}");
+        for field in ["createdAt", "lastUpdatedAt", "pollInterval"] {
+            assert!(task.get(field).is_some(), "{field} in {task}");
+        }
+        task["taskId"].as_str().expect("taskId").to_owned()
+    }
+
     /// A SEP-1391 `tools/call` starting (or finding) the operation `token`,
     /// kept `keep_alive` seconds.
     pub async fn call_op(

@@ -1,8 +1,8 @@
 #!/bin/sh
 # A pipeline that never ends by itself: starts a child that sleeps, records the
 # child's pid (grandchild.pid) and both pids (sleeper.pids, "<shell> <child>")
-# in its run folder, reports status and waits. Cancel tests check that the whole process group
-# is gone afterwards.
+# in its run folder, reports status and waits. Cancel tests check that the
+# whole process group is gone afterwards.
 sleep 600 &
 echo $! > "$TASKGATE_RUN_DIR/grandchild.pid.tmp"
 printf '%s %s\n' "$$" "$!" > "$TASKGATE_RUN_DIR/sleeper.pids.tmp"
