@@ -115,6 +115,10 @@ for v in default "${values[@]}"; do
   check "kubectl apply --dry-run=server ($name)" kc apply --dry-run=server -n "$ns" -f "$scratch/rendered.yaml"
 done
 
+# deploy/sidecar.yaml (the hand-written sidecar example), in this namespace.
+sed "s/namespace: taskgate$/namespace: $ns/" deploy/sidecar.yaml > "$scratch/sidecar.yaml"
+check "kubectl apply --dry-run=server (deploy/sidecar.yaml)" kc apply --dry-run=server -f "$scratch/sidecar.yaml"
+
 # ------------------------------------------------------------- 4. install --
 kc -n "$ns" create secret generic taskgate-keys --from-literal=k1="$(head -c 32 /dev/urandom | base64)" >/dev/null
 kc -n "$ns" create secret generic taskgate-tokens --from-literal=ci-bot="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >/dev/null
