@@ -160,7 +160,8 @@ async fn service_account_files(
         .expect("TokenRequest")
         .status
         .expect("token status")
-        .token;
+        .token
+        .expect("a token");
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     let ca = until("the kube-root-ca.crt ConfigMap", LIMIT, || async {
         match config_maps.get_opt("kube-root-ca.crt").await {
@@ -226,7 +227,11 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let ns = format!("tg-e2e-incluster-{}-{}", std::process::id(), nanos % 100_000);
+    let ns = format!(
+        "tg-e2e-incluster-{}-{}",
+        std::process::id(),
+        nanos % 100_000
+    );
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let namespace = Namespace {
         metadata: ObjectMeta {
@@ -310,7 +315,10 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         .output()
         .expect("run check-config");
     let text = String::from_utf8_lossy(&bare.stderr);
-    assert!(!bare.status.success(), "no cluster without the mount: {text}");
+    assert!(
+        !bare.status.success(),
+        "no cluster without the mount: {text}"
+    );
     assert!(
         text.contains("no Kubernetes configuration found"),
         "the error names the missing configuration: {text}"
@@ -322,9 +330,14 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
 
     // check-config in the pod's view: the rules review runs as the token's
     // identity and finds the minimal Role in the pod's namespace.
-    let check = as_pod(&sa_dir, &url, &setup, &["check-config", "--config", "taskgate.toml"])
-        .output()
-        .expect("run check-config");
+    let check = as_pod(
+        &sa_dir,
+        &url,
+        &setup,
+        &["check-config", "--config", "taskgate.toml"],
+    )
+    .output()
+    .expect("run check-config");
     let out = String::from_utf8_lossy(&check.stdout);
     assert!(
         check.status.success(),
@@ -332,7 +345,10 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(out.contains("engine cluster (kubernetes): ok"), "{out}");
-    assert!(out.contains(&format!("in namespace {ns}")), "the pod's namespace: {out}");
+    assert!(
+        out.contains(&format!("in namespace {ns}")),
+        "the pod's namespace: {out}"
+    );
 
     // The server, in the pod's view.
     let port = free_port();
@@ -342,7 +358,13 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
             &sa_dir,
             &url,
             &setup,
-            &["serve", "--config", "taskgate.toml", "--listen", &format!("127.0.0.1:{port}")],
+            &[
+                "serve",
+                "--config",
+                "taskgate.toml",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ],
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -377,9 +399,21 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
 
     // The Job is in the pod's namespace, made from the template with the arguments.
     let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns);
-    let all = jobs.list(&ListParams::default()).await.expect("list jobs").items;
+    let all = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("list jobs")
+        .items;
     assert_eq!(all.len(), 1, "one Job in {ns}");
-    let container = &all[0].spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let container = &all[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
     assert!(
         container
             .env
