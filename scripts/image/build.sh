@@ -4,8 +4,8 @@
 #   1. the Debian base image: `debootstrap --variant=minbase` of bookworm, tarred
 #      into the cache and imported into buildah's store (done once per machine);
 #   2. `cargo build --release` of the taskgate binary;
-#   3. `buildah build` of ./Containerfile (chroot isolation, vfs storage, layer
-#      cache) on that base, tagged localhost/taskgate:<version>;
+#   3. `buildah build` of ./Containerfile (chroot isolation, vfs storage) on that
+#      base, tagged localhost/taskgate:<version>;
 #   4. scripts/image/check.sh on the result (non-root, read-only root file system).
 #
 # Usage: scripts/image/build.sh        -> prints the image name on stdout
@@ -58,6 +58,9 @@ if ! "${BUILDAH[@]}" inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
   "${BUILDAH[@]}" config --cmd /bin/bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --label org.opencontainers.image.title="debian $SUITE minbase (local)" "$ctr"
   "${BUILDAH[@]}" commit -q --rm "$ctr" "$BASE_IMAGE" >/dev/null
+  # Older bases (an earlier tarball) are not needed any more.
+  "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/taskgate-base:' \
+    | grep -vxF "$BASE_IMAGE" | xargs -r "${BUILDAH[@]}" rmi -f >/dev/null 2>&1 || true
   t import "$t0"
 fi
 flock -u 9
@@ -72,13 +75,17 @@ t0=$(date +%s)
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || revision="$revision-dirty"
 created="$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
-"${BUILDAH[@]}" build --isolation chroot --layers --pull=never \
+"${BUILDAH[@]}" build --isolation chroot --layers=false --pull=never \
   --build-arg BASE_IMAGE="$BASE_IMAGE" \
   --build-arg VERSION="$VERSION" \
   --build-arg REVISION="$revision" \
   --build-arg CREATED="$created" \
   -f Containerfile -t "$IMAGE" . >&2
 t buildah-build "$t0"
+# No layer cache (--layers=false): with vfs every cached step is a full copy of the
+# file system, slower than running the one RUN step again. Drop the images this
+# build replaced, so the store does not grow with every build.
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 
 t0=$(date +%s)
 "$REPO_DIR/scripts/image/check.sh" "$IMAGE" >&2

@@ -3,7 +3,7 @@
 # would run it, without a runtime (this machine cannot run containers): the
 # image's files, read-only, in a private mount namespace, with a tmpfs on each
 # declared volume, the example config mounted at /etc/taskgate (as a ConfigMap
-# would be), and `chroot` as the image's own user, environment, working folder
+# would be, with the example's tool scripts beside it), and `chroot` as the image's own user, environment, working folder
 # and entrypoint (all read from the image's config).
 #
 # Asserts: the OCI labels; a numeric non-root user; `--version`; `check-config`
@@ -33,7 +33,8 @@ if [[ "${1:-}" == --inside ]]; then
   mount --rbind /dev "$root/dev"
   mount -t proc proc "$root/proc" 2>/dev/null || mount --rbind /proc "$root/proc"
   # As the image's user, with exactly the image's environment and working folder.
-  as_image() { chroot --userspec="$uid:$gid" --groups="$gid" "$root" /usr/bin/env -i -C "$workdir" "${envs[@]}" "$@"; }
+  image_cmd=(chroot --userspec="$uid:$gid" --groups="$gid" "$root" /usr/bin/env -i -C "$workdir" "${envs[@]}")
+  as_image() { "${image_cmd[@]}" "$@"; }
 
   grep -q ' ro[, ]' <(findmnt -no OPTIONS --target "$root" | sed 's/^/ /;s/$/ /') \
     || fail "the root file system is not mounted read-only"
@@ -53,9 +54,10 @@ if [[ "${1:-}" == --inside ]]; then
 
   # serve: bind a free port, wait for the address in the log, ask /healthz.
   log_file="$(mktemp)"
-  as_image "${entrypoint[@]}" serve --listen 127.0.0.1:0 2>"$log_file" &
+  # (chroot execs env, which execs taskgate: $! is taskgate itself.)
+  "${image_cmd[@]}" "${entrypoint[@]}" serve --listen 127.0.0.1:0 </dev/null >/dev/null 2>"$log_file" &
   pid=$!
-  trap 'kill "$pid" 2>/dev/null || true; rm -f "$log_file"' EXIT
+  trap 'kill -KILL "$pid" 2>/dev/null; rm -f "$log_file"' EXIT
   deadline=$(( $(date +%s) + 20 ))
   url=""
   while [[ -z "$url" ]]; do
@@ -67,6 +69,9 @@ if [[ "${1:-}" == --inside ]]; then
   health="$(curl -fsS --max-time 5 "$url/healthz")" || fail "GET $url/healthz failed"
   [[ "$health" == ok ]] || fail "/healthz answered '$health'"
   log "serve: $url/healthz -> $health"
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+  trap - EXIT
+  rm -f "$log_file"
   exit 0
 fi
 
@@ -102,8 +107,10 @@ trap cleanup EXIT
 fmt '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | sed '/^$/d' >"$scratch/env"
 fmt '{{range .OCIv1.Config.Entrypoint}}{{println .}}{{end}}' | sed '/^$/d' >"$scratch/entrypoint"
 [[ -s "$scratch/entrypoint" ]] || fail "the image has no entrypoint"
-mkdir "$scratch/config"
+mkdir -p "$scratch/config/examples"
 cp "$REPO_DIR/config.example.toml" "$scratch/config/taskgate.toml"
+# The example's tools, at the path the config names (relative to its folder).
+cp -r "$REPO_DIR/examples/tools" "$scratch/config/examples/"
 chmod -R a+rX "$scratch"
 
 ctr="$("${BUILDAH[@]}" from --pull=never "$image")"
