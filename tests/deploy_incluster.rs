@@ -181,7 +181,14 @@ async fn service_account_files(
     sa_dir
 }
 
-/// `scripts/k8s/as-pod.sh SA_DIR URL KEY=… -- taskgate ARGS…`, from `cwd`.
+/// `scripts/k8s/as-pod.sh SA_DIR URL --` (the command follows).
+fn as_pod_raw(sa_dir: &Path, url: &str) -> Command {
+    let mut cmd = Command::new(repo_path("scripts/k8s/as-pod.sh"));
+    cmd.arg(sa_dir).arg(url).arg("--");
+    cmd
+}
+
+/// `scripts/k8s/as-pod.sh SA_DIR URL KEY=… -- taskgate ARGS…`, in the setup's folder.
 fn as_pod(sa_dir: &Path, url: &str, setup: &Setup, args: &[&str]) -> Command {
     let mut cmd = Command::new(repo_path("scripts/k8s/as-pod.sh"));
     cmd.arg(sa_dir).arg(url);
@@ -271,13 +278,19 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         .expect("create pod");
 
     let setup = Setup::new(
-        &format!(
-            "[engines.cluster]\nkind = \"kubernetes\"\n\n\
-             [[tools]]\nname = \"report\"\ndescription = \"A Job\"\nengine = \"cluster\"\n\
-             mode = \"async\"\npoll_interval = \"200ms\"\nkeep_alive = \"1h\"\n\
-             input_schema = {{ type = \"object\", properties = {{ day = {{ type = \"string\" }} }} }}\n\
-             target = {{ template_file = \"report.yaml\", args_env_prefix = \"ARG_\" }}\n"
-        ),
+        r#"[engines.cluster]
+kind = "kubernetes"
+
+[[tools]]
+name = "report"
+description = "A Job"
+engine = "cluster"
+mode = "async"
+poll_interval = "200ms"
+keep_alive = "1h"
+input_schema = { type = "object", properties = { day = { type = "string" } } }
+target = { template_file = "report.yaml", args_env_prefix = "ARG_" }
+"#,
         &[],
     );
     let job = json!({
@@ -305,7 +318,8 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
     let sa_dir = service_account_files(&admin, &ns, &sa, &pod, setup.dir.path()).await;
 
     // Control: without the mounted files the same command finds no cluster, so
-    // what follows works because of them.
+    // what follows works because of them (as-pod.sh hides the host's /run, so a
+    // machine that is itself a pod does not leak its own files in).
     let bare = Command::new("env")
         .args(["-i", "PATH=/usr/bin:/bin", "HOME=/nonexistent"])
         .args(setup.env.iter().map(|(k, v)| format!("{k}={v}")))
@@ -323,10 +337,19 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         text.contains("no Kubernetes configuration found"),
         "the error names the missing configuration: {text}"
     );
-    assert!(
-        !Path::new(SA_MOUNT).join("token").exists(),
-        "{SA_MOUNT} exists on this machine: the test would not prove the mount"
-    );
+
+    // The mount: the pod's namespace file at the standard path, read-only
+    // (the shell succeeds only if it reads the file and cannot write there).
+    let seen = as_pod_raw(&sa_dir, &url)
+        .args([
+            "sh",
+            "-c",
+            &format!("cat {SA_MOUNT}/namespace && ! touch {SA_MOUNT}/x 2>/dev/null"),
+        ])
+        .output()
+        .expect("run as-pod.sh");
+    assert!(seen.status.success(), "{seen:?}");
+    assert_eq!(String::from_utf8_lossy(&seen.stdout), ns, "{seen:?}");
 
     // check-config in the pod's view: the rules review runs as the token's
     // identity and finds the minimal Role in the pod's namespace.
