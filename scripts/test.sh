@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every taskgate test: the Rust workspace (unit, engine and end-to-end tests),
-# the real MCP client suites (Python and TypeScript SDKs), and the official
-# conformance suite. Installs and starts what they need (moto, a Kubernetes control
+# the real MCP client suites (Python and TypeScript SDKs), the official
+# conformance suite, and the deployment checks (container image, Helm chart). Installs and starts what they need (moto, a Kubernetes control
 # plane with kwok nodes, SDK environments) under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}
 # so reruns on the same machine are fast.
 #
@@ -52,6 +52,10 @@ if [ -x scripts/k8s/build-tools.sh ]; then
     scripts/k8s/build-tools.sh >"$TASKGATE_CACHE/k8s-build-tools.log" 2>&1 &
     k8s_build_pid=$!
 fi
+# Helm (Go, from its module) likewise; tests/helm/chart.sh waits on its lock.
+if [ -x scripts/helm/install.sh ]; then
+    scripts/helm/install.sh >"$TASKGATE_CACHE/helm-install.log" 2>&1 &
+fi
 
 step "build"
 cargo build --workspace --all-targets || { echo "build failed"; exit 1; }
@@ -79,7 +83,15 @@ fi
 if [ -n "${TASKGATE_KUBECONFIG:-}" ] && [ -x tests/k8s/smoke.sh ]; then
     suite "kubernetes control plane smoke" tests/k8s/smoke.sh
 fi
+# (tests/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
 suite "cargo test" cargo test --workspace --no-fail-fast
+
+if [ -x tests/helm/chart.sh ]; then
+    suite "helm chart (lint, dry-run=server, install, in-cluster check-config)" tests/helm/chart.sh
+fi
+if [ -x scripts/image/build.sh ]; then
+    suite "container image (release build, buildah, chroot checks)" scripts/image/build.sh
+fi
 
 for setup in scripts/clients/*-setup.sh; do
     [ -x "$setup" ] || continue

@@ -832,12 +832,7 @@ async fn legacy_initialize_hides_async_tools_and_calls_synchronously() {
         json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" }),
     )
     .await;
-    let names: Vec<&str> = list.result()["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = common::names(list.result()["tools"].as_array().unwrap());
     assert_eq!(
         names,
         ["work", "fail", "brief"],

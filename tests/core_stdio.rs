@@ -161,12 +161,7 @@ async fn legacy_handshake_over_stdio_calls_synchronously() {
         .await;
 
     let list = server.request_raw("tools/list", json!({})).await;
-    let names: Vec<&str> = list["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = common::names(list["result"]["tools"].as_array().unwrap());
     assert_eq!(
         names,
         ["work", "fail", "brief"],

@@ -6,35 +6,41 @@
 //! - a sealed session id served by a second replica;
 //! - 2025-11-25 tasks (SEP-1686) over raw HTTP.
 
-mod dialects_support;
+mod common;
 
 use std::time::{Duration, Instant};
 
-use dialects_support::*;
+use common::*;
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// The tools of the legacy-policy tests.
-fn legacy_tools() -> Vec<ToolSpec> {
+fn legacy_tools() -> Vec<Tool> {
     vec![
         // async only, default policy: hide
-        ToolSpec::new("hidden", "async", "ask.sh", LABEL_SCHEMA),
+        Tool::new("hidden", "async", "ask.sh", LABEL_SCHEMA).arg("Approve"),
         // hybrid, default policy: wait
-        ToolSpec::new("work", "hybrid", "work.sh", WORK_SCHEMA),
+        Tool::new("work", "hybrid", "work.sh", WORK_SCHEMA).arg("steps"),
         // wait, but at most 2 s
-        ToolSpec::new("slow", "hybrid", "work.sh", WORK_SCHEMA).max_wait("2s"),
+        Tool::new("slow", "hybrid", "work.sh", WORK_SCHEMA)
+            .arg("steps")
+            .max_wait("2s"),
         // an async tool whose legacy clients wait, answering its question by elicitation
-        ToolSpec::new("approve", "async", "ask.sh", LABEL_SCHEMA).legacy("wait"),
+        Tool::new("approve", "async", "ask.sh", LABEL_SCHEMA)
+            .arg("Approve")
+            .legacy("wait"),
         // handles
-        ToolSpec::new("jobs", "hybrid", "work.sh", WORK_SCHEMA).legacy("handles"),
-        ToolSpec::new("daemon", "async", "sleeper.sh", r#"{ type = "object" }"#).legacy("handles"),
-        ToolSpec::new("broken", "hybrid", "fail.sh", LABEL_SCHEMA).legacy("handles"),
+        Tool::new("jobs", "hybrid", "work.sh", WORK_SCHEMA)
+            .arg("steps")
+            .legacy("handles"),
+        Tool::new("daemon", "async", "sleeper.sh", r#"{ type = "object" }"#).legacy("handles"),
+        Tool::new("broken", "hybrid", "fail.sh", LABEL_SCHEMA).legacy("handles"),
     ]
 }
 
-async fn legacy_client(server: &Server) -> Client {
-    let mut c = server.client();
+async fn legacy_client(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize("2025-06-18", json!({ "elicitation": {} }))
         .await;
@@ -57,7 +63,7 @@ fn handle_in(text: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hide_policy() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let c = legacy_client(&server).await;
     let tools = c.tools().await;
@@ -79,7 +85,7 @@ async fn hide_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_policy_blocks_until_done() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let mut c = legacy_client(&server).await;
     c.accept_sse = false;
@@ -101,7 +107,7 @@ async fn wait_policy_blocks_until_done() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_policy_streams_progress_then_the_result() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let c = legacy_client(&server).await;
     let answer = c
@@ -139,7 +145,7 @@ async fn wait_policy_streams_progress_then_the_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_policy_asks_by_elicitation_on_the_call_stream() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let c = legacy_client(&server).await;
     let (status, content_type, mut stream) = c
@@ -178,7 +184,7 @@ async fn wait_policy_asks_by_elicitation_on_the_call_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_policy_timeout_carries_the_handle() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let mut c = legacy_client(&server).await;
     c.accept_sse = false;
@@ -212,7 +218,7 @@ async fn wait_policy_timeout_carries_the_handle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handles_policy_and_companion_tools() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let server = Server::start(&setup).await;
     let c = legacy_client(&server).await;
     let listed = names(&c.tools().await);
@@ -348,13 +354,13 @@ async fn handles_policy_and_companion_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_replica_serves_the_same_session() {
-    let setup = Setup::new(&legacy_tools());
+    let setup = Setup::with_tools(&legacy_tools());
     let a = Server::start(&setup).await;
     let b = Server::start(&setup).await;
 
     // 2025-06-18: opened on A, served by B.
     let on_a = legacy_client(&a).await;
-    let on_b = on_a.to(&b.url());
+    let on_b = on_a.at(&b.url());
     assert_eq!(on_b.tools().await, on_a.tools().await);
     assert!(!names(&on_b.tools().await).contains(&"hidden".to_owned()));
     assert_eq!(
@@ -374,12 +380,12 @@ async fn a_second_replica_serves_the_same_session() {
     assert_eq!(status.result()["isError"], false, "A reads what B started");
 
     // 2025-11-25: opened on A, tasks created and read on B and A.
-    let mut d2 = a.client();
+    let mut d2 = a.legacy();
     let init = d2
         .initialize("2025-11-25", json!({ "elicitation": { "form": {} } }))
         .await;
     assert!(init["capabilities"]["tasks"].is_object());
-    let d2_b = d2.to(&b.url());
+    let d2_b = d2.at(&b.url());
     let tools_b = d2_b.tools().await;
     assert_eq!(tools_b, d2.tools().await);
     assert_eq!(
@@ -420,8 +426,8 @@ async fn a_second_replica_serves_the_same_session() {
 
 // ----- 2025-11-25 tasks over raw HTTP -----
 
-async fn d2_client(server: &Server) -> Client {
-    let mut c = server.client();
+async fn d2_client(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize("2025-11-25", json!({ "elicitation": { "form": {} } }))
         .await;
@@ -434,35 +440,20 @@ async fn d2_client(server: &Server) -> Client {
     c
 }
 
-async fn create_task(c: &Client, name: &str, arguments: Value) -> String {
-    let answer = c
-        .request(
-            "tools/call",
-            json!({ "name": name, "arguments": arguments, "task": { "ttl": 60000 } }),
-        )
-        .await;
-    let task = &answer.result()["task"];
-    assert_eq!(task["status"], "working", "{task}");
-    for field in ["createdAt", "lastUpdatedAt", "pollInterval"] {
-        assert!(task.get(field).is_some(), "{field} in {task}");
-    }
-    task["taskId"].as_str().expect("taskId").to_owned()
-}
-
-async fn task_get(c: &Client, id: &str) -> Value {
+async fn task_get(c: &Legacy, id: &str) -> Value {
     c.request("tasks/get", json!({ "taskId": id }))
         .await
         .result()
         .clone()
 }
 
-fn d2_tools() -> Vec<ToolSpec> {
-    default_tools()
+fn d2_tools() -> Vec<Tool> {
+    dialect_tools()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_tools_call_get_result() {
-    let setup = Setup::new(&d2_tools());
+    let setup = Setup::with_tools(&d2_tools());
     let server = Server::start(&setup).await;
     let c = d2_client(&server).await;
     let tools = c.tools().await;
@@ -477,7 +468,9 @@ async fn d2_tools_call_get_result() {
     assert!(tool(&tools, "quick").get("execution").is_none());
     assert!(tools.iter().all(|t| t.get("invocationMode").is_none()));
 
-    let id = create_task(&c, "work", json!({ "label": "t1", "steps": 5 })).await;
+    let id = c
+        .start_task("work", json!({ "label": "t1", "steps": 5 }))
+        .await;
     let got = task_get(&c, &id).await;
     assert_eq!(got["taskId"], id.as_str());
     assert_eq!(got["status"], "working");
@@ -502,7 +495,7 @@ async fn d2_tools_call_get_result() {
     assert!(late.message().contains("terminal"), "{}", late.message());
 
     // A tool error: failed, yet tasks/result succeeds with isError.
-    let id = create_task(&c, "fail", json!({ "label": "f1" })).await;
+    let id = c.start_task("fail", json!({ "label": "f1" })).await;
     let r = c.request("tasks/result", json!({ "taskId": id })).await;
     assert_eq!(r.result()["isError"], true);
     assert_eq!(task_get(&c, &id).await["status"], "failed");
@@ -532,10 +525,10 @@ async fn d2_tools_call_get_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_cancel() {
-    let setup = Setup::new(&d2_tools());
+    let setup = Setup::with_tools(&d2_tools());
     let server = Server::start(&setup).await;
     let c = d2_client(&server).await;
-    let id = create_task(&c, "sleeper", json!({})).await;
+    let id = c.start_task("sleeper", json!({})).await;
     let (shell, child) = wait_for("the sleeper's pids", LIMIT, || async {
         let dir = setup.runs_of("sleeper").into_iter().next()?;
         let text = std::fs::read_to_string(dir.join("sleeper.pids")).ok()?;
@@ -565,10 +558,10 @@ async fn d2_cancel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_input_required_on_the_result_stream() {
-    let setup = Setup::new(&d2_tools());
+    let setup = Setup::with_tools(&d2_tools());
     let server = Server::start(&setup).await;
     let c = d2_client(&server).await;
-    let id = create_task(&c, "ask", json!({ "label": "d2" })).await;
+    let id = c.start_task("ask", json!({ "label": "d2" })).await;
     wait_for("input_required", LIMIT, || async {
         (task_get(&c, &id).await["status"] == "input_required").then_some(())
     })

@@ -4,19 +4,19 @@
 //! input_required, completed, failed, canceled), results, and each error path.
 //! The last test measures what a status lookup by token costs.
 
-mod dialects_support;
+mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use dialects_support::*;
+use common::*;
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// A 2025-06-18 session that opted in to SEP-1391.
-async fn opted(server: &Server) -> Client {
-    let mut c = server.client();
+async fn opted(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize(
             "2025-06-18",
@@ -32,8 +32,8 @@ async fn opted(server: &Server) -> Client {
 }
 
 /// A 2025-06-18 session that did not opt in.
-async fn plain(server: &Server) -> Client {
-    let mut c = server.client();
+async fn plain(server: &Server) -> Legacy {
+    let mut c = server.legacy();
     let result = c
         .initialize("2025-06-18", json!({ "elicitation": {} }))
         .await;
@@ -44,51 +44,36 @@ async fn plain(server: &Server) -> Client {
     c
 }
 
-async fn start_op(c: &Client, tool: &str, arguments: Value, token: &str) -> Value {
-    let answer = c
-        .request(
-            "tools/call",
-            json!({ "name": tool, "arguments": arguments, "operation": { "token": token, "keepAlive": 120 } }),
-        )
-        .await;
-    answer.result().clone()
-}
-
-async fn status(c: &Client, token: &str) -> Posted {
-    c.request("tools/async/status", json!({ "token": token }))
+async fn start_op(c: &Legacy, tool: &str, arguments: Value, token: &str) -> Value {
+    c.call_op(tool, arguments, token, 120)
         .await
-}
-
-async fn result_of(c: &Client, token: &str) -> Posted {
-    c.request("tools/async/result", json!({ "token": token }))
-        .await
+        .result()
+        .clone()
 }
 
 /// Polls `tools/async/status` until `done` holds for its result; returns every
 /// status word seen, in order (repeats collapsed), and the last result.
 async fn poll_until(
-    c: &Client,
+    c: &Legacy,
     token: &str,
     done: impl Fn(&Value) -> bool,
 ) -> (Vec<String>, Value) {
     let mut seen: Vec<String> = Vec::new();
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let answer = status(c, token).await;
+    let result = wait_for(&format!("operation {token}"), LIMIT, async || {
+        let answer = c.op_status(token).await;
         let result = answer.result().clone();
         let word = result["status"].as_str().expect("status").to_owned();
         if seen.last() != Some(&word) {
             seen.push(word);
         }
         if done(&result) {
-            return (seen, result);
+            Ok(result)
+        } else {
+            Err(format!("seen {seen:?}, last {result}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "operation {token} stuck; seen {seen:?}, last {result}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    (seen, result)
 }
 
 fn is(word: &'static str) -> impl Fn(&Value) -> bool {
@@ -97,7 +82,7 @@ fn is(word: &'static str) -> impl Fn(&Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opt_in_session_and_filtered_tool_list() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
 
     let c = opted(&server).await;
@@ -161,7 +146,7 @@ async fn opt_in_session_and_filtered_tool_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_retry_status_to_completed_and_result() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-retry-1";
@@ -214,7 +199,7 @@ async fn token_retry_status_to_completed_and_result() {
     assert_eq!(seen, vec!["working", "completed"], "statuses seen in order");
     assert!(last.get("error").is_none(), "{last}");
 
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(
@@ -229,7 +214,7 @@ async fn token_retry_status_to_completed_and_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_required_round_trip() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-ask-1";
@@ -239,7 +224,7 @@ async fn input_required_round_trip() {
     // stream carrying the server's elicitation request first.
     let deadline = Instant::now() + LIMIT;
     let (request, answer) = loop {
-        let answer = status(&c, token).await;
+        let answer = c.op_status(token).await;
         if answer.result()["status"] == "input_required" {
             assert!(
                 answer.is_sse(),
@@ -277,7 +262,7 @@ async fn input_required_round_trip() {
         !seen.contains(&"input_required".to_owned()),
         "answered: {seen:?}"
     );
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["structuredContent"]["label"], "v42");
@@ -299,7 +284,7 @@ async fn sleeper_run(setup: &Setup) -> (std::path::PathBuf, i32, i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canceled_by_operation_token_stops_the_process() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-cancel-1";
@@ -313,7 +298,7 @@ async fn canceled_by_operation_token_stops_the_process() {
     assert!(alive(shell) && alive(child));
 
     // Not finished: no result yet.
-    let early = result_of(&c, token).await;
+    let early = c.op_result(token).await;
     assert_eq!(early.code(), -32602);
     assert!(early.message().contains("working"), "{}", early.message());
 
@@ -331,8 +316,8 @@ async fn canceled_by_operation_token_stops_the_process() {
     })
     .await;
     // Canceled stays canceled; its result is refused, never silent.
-    assert_eq!(status(&c, token).await.result()["status"], "canceled");
-    let refused = result_of(&c, token).await;
+    assert_eq!(c.op_status(token).await.result()["status"], "canceled");
+    let refused = c.op_result(token).await;
     assert_eq!(refused.code(), -32602);
     assert!(
         refused.message().contains("canceled"),
@@ -343,7 +328,7 @@ async fn canceled_by_operation_token_stops_the_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_when_the_run_is_lost() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-lost-1";
@@ -351,7 +336,7 @@ async fn failed_when_the_run_is_lost() {
     let (dir, shell, child) = sleeper_run(&setup).await;
     // The host loses the run: its supervisor and process die without a
     // record of how (as after a reboot or an OOM kill).
-    let supervisor = record_pid(&dir.join("supervisor.json")).expect("supervisor pid");
+    let supervisor = recorded_pid(&dir.join("supervisor.json")).expect("supervisor pid");
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill supervisor");
@@ -368,7 +353,7 @@ async fn failed_when_the_run_is_lost() {
     let (_, last) = poll_until(&c, token, is("failed")).await;
     let error = last["error"].as_str().expect("failed carries error");
     assert!(error.contains("lost"), "{error}");
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], true, "{result}");
     assert!(text(result).contains("lost"), "{result}");
@@ -376,7 +361,7 @@ async fn failed_when_the_run_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_error_is_completed_with_is_error() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-fail-1";
@@ -386,7 +371,7 @@ async fn tool_error_is_completed_with_is_error() {
         last["status"], "completed",
         "a tool error is completed in D4: {last}"
     );
-    let result = result_of(&c, token).await;
+    let result = c.op_result(token).await;
     let result = &result.result()["result"];
     assert_eq!(result["isError"], true, "{result}");
     let t = text(result);
@@ -398,7 +383,7 @@ async fn tool_error_is_completed_with_is_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_token_and_call_errors() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
 
@@ -448,7 +433,7 @@ async fn unknown_token_and_call_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_expiry() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let token = "op-brief-1";
@@ -457,12 +442,12 @@ async fn keep_alive_expiry() {
     poll_until(&c, token, is("completed")).await;
     let completed_at = Instant::now();
     assert_eq!(
-        result_of(&c, token).await.result()["result"]["isError"],
+        c.op_result(token).await.result()["result"]["isError"],
         false
     );
 
     let answer = wait_for("the operation to expire", LIMIT, || async {
-        let a = status(&c, token).await;
+        let a = c.op_status(token).await;
         a.response().get("error").is_some().then_some(a)
     })
     .await;
@@ -475,7 +460,7 @@ async fn keep_alive_expiry() {
         answer.message(),
         "Failed to retrieve operation: Operation has expired"
     );
-    let r = result_of(&c, token).await;
+    let r = c.op_result(token).await;
     assert_eq!(r.code(), -32602);
     assert_eq!(
         r.message(),
@@ -496,9 +481,9 @@ async fn keep_alive_expiry() {
     assert_eq!(setup.runs_of("brief").len(), 1);
 }
 
-fn many_tools(n: usize) -> Vec<ToolSpec> {
+fn many_tools(n: usize) -> Vec<Tool> {
     (1..=n)
-        .map(|i| ToolSpec::new(&format!("work{i:02}"), "hybrid", "work.sh", WORK_SCHEMA))
+        .map(|i| Tool::new(&format!("work{i:02}"), "hybrid", "work.sh", WORK_SCHEMA).arg("steps"))
         .collect()
 }
 
@@ -509,7 +494,7 @@ async fn status_lookup_cost() {
     const LOOKUPS: u32 = 50;
     let mut report = Vec::new();
     for n in [1usize, 20] {
-        let setup = Setup::new(&many_tools(n));
+        let setup = Setup::with_tools(&many_tools(n));
         let server = Server::start(&setup).await;
         let c = opted(&server).await;
         // The operation lives in the last tool configured.
@@ -518,11 +503,11 @@ async fn status_lookup_cost() {
         start_op(&c, &last, json!({ "label": "cost", "steps": 0 }), &token).await;
         poll_until(&c, &token, is("completed")).await;
         // Warm up, then measure.
-        status(&c, &token).await;
+        c.op_status(&token).await;
         let calls_before = server.engine_calls().await;
         let t0 = Instant::now();
         for _ in 0..LOOKUPS {
-            assert_eq!(status(&c, &token).await.result()["status"], "completed");
+            assert_eq!(c.op_status(&token).await.result()["status"], "completed");
         }
         let per_lookup = t0.elapsed() / LOOKUPS;
         let calls = server.engine_calls().await - calls_before;
@@ -530,7 +515,7 @@ async fn status_lookup_cost() {
         let calls_before = server.engine_calls().await;
         let t0 = Instant::now();
         for _ in 0..LOOKUPS {
-            assert_eq!(status(&c, &c.next_id().to_string()).await.code(), -32602);
+            assert_eq!(c.op_status(&c.next_id().to_string()).await.code(), -32602);
         }
         let per_miss = t0.elapsed() / LOOKUPS;
         let miss_calls = server.engine_calls().await - calls_before;
@@ -551,24 +536,29 @@ async fn status_lookup_cost() {
 /// `notifications/cancelled` naming the original `tools/call` id cancels it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_cancel_by_request_id() {
-    let setup = Setup::new(&default_tools());
+    let setup = Setup::with_tools(&dialect_tools());
     let mut s = StdioServer::start(&setup);
-    let init = s.call(
-        "initialize",
-        json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
-                "clientInfo": { "name": "dialect-tests", "version": "1" } }),
-    );
+    let init = s
+        .request_raw(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": { "experimental": { SEP1391: {} } },
+                    "clientInfo": { "name": "dialect-tests", "version": "1" } }),
+        )
+        .await;
     assert_eq!(
         init["result"]["capabilities"]["experimental"][SEP1391],
         json!({}),
         "{init}"
     );
-    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
-    let call_id = s.request(
-        "tools/call",
-        json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
-    );
-    let started = s.response(&call_id, LIMIT);
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await;
+    let call_id = s
+        .send_request(
+            "tools/call",
+            json!({ "name": "sleeper", "arguments": {}, "operation": { "token": "op-stdio-1" } }),
+        )
+        .await;
+    let started = s.response(&call_id, LIMIT).await;
     assert_eq!(
         started["result"]["operation"]["status"], "submitted",
         "{started}"
@@ -578,10 +568,13 @@ async fn stdio_cancel_by_request_id() {
     s.send(
         &json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": { "requestId": call_id, "reason": "user abort" } }),
-    );
-    wait_for("canceled", LIMIT, || {
-        let r = s.call("tools/async/status", json!({ "token": "op-stdio-1" }));
-        async move { (r["result"]["status"] == "canceled").then_some(()) }
+    )
+    .await;
+    wait_for("canceled", LIMIT, async || {
+        let r = s
+            .request_raw("tools/async/status", json!({ "token": "op-stdio-1" }))
+            .await;
+        (r["result"]["status"] == "canceled").then_some(())
     })
     .await;
     wait_for("the sleeper's processes to end", LIMIT, || async {

@@ -5,11 +5,11 @@
 //! extension, 2025-11-25 tasks, and SEP-1391 operations. Each test drives the
 //! run's state in the double explicitly.
 
-mod engines_support;
+mod common;
 
 use std::time::Duration;
 
-use engines_support::{until, Legacy, Modern, Server, Setup};
+use common::{more_fields, tool_entry, wait_for, Client, Legacy, Server, Setup};
 use serde_json::{json, Value};
 use taskgate_github::testing::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
 
@@ -21,11 +21,6 @@ const DISPATCH: &str = "POST /repos/octo-org/octo-repo/actions/workflows/deploy.
 /// One tool `deploy` on the double's workflow; `extra_target` is added to the
 /// target table.
 fn setup(d: &Double, extra_target: &str) -> Setup {
-    let extra = if extra_target.is_empty() {
-        String::new()
-    } else {
-        format!(", {extra_target}")
-    };
     let body = format!(
         r#"[engines.gh]
 kind = "github"
@@ -33,19 +28,20 @@ token_env = "{TOKEN_VAR}"
 base_url = "{url}"
 lookup_delay = "10ms"
 
-[[tools]]
-name = "deploy"
-description = "Deploy a version through GitHub Actions"
-engine = "gh"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", required = ["version"], properties = {{ version = {{ type = "string" }}, environment = {{ type = "string", enum = ["staging", "production"] }}, replicas = {{ type = "integer" }} }} }}
-target = {{ owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}"{extra} }}
-"#,
-        url = d.url
+{tool}"#,
+        url = d.url,
+        tool = tool_entry(
+            "deploy",
+            "Deploy a version through GitHub Actions",
+            "gh",
+            r#"{ type = "object", required = ["version"], properties = { version = { type = "string" }, environment = { type = "string", enum = ["staging", "production"] }, replicas = { type = "integer" } } }"#,
+            &format!(
+                r#"owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}"{}"#,
+                more_fields(extra_target)
+            ),
+        ),
     );
-    Setup::new(&body, &[(TOKEN_VAR, TOKEN)])
+    Setup::config(&body, &[(TOKEN_VAR, TOKEN)])
 }
 
 /// The id of the only run the double has.
@@ -56,8 +52,8 @@ fn only_run(d: &Double) -> u64 {
 }
 
 /// Reads the task once: its status and message.
-async fn status(c: &Modern, task: &str) -> Value {
-    c.get(task).await.result().clone()
+async fn status(c: &Client, task: &str) -> Value {
+    c.get(task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,9 +61,9 @@ async fn dispatch_queued_in_progress_then_success_with_jobs_and_artifacts() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let server = s.server().await;
-    let c = server.modern();
+    let c = server.client();
     let task = c
-        .start(
+        .start_task(
             "deploy",
             json!({"version": "1.2.3", "replicas": 3, "environment": "staging"}),
         )
@@ -138,8 +134,8 @@ async fn a_failed_run_is_a_tool_error_naming_failed_jobs_and_steps() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("deploy", json!({"version": "2"})).await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "2"})).await;
     let id = only_run(&d);
     d.set_run(id, "completed", Some("failure"));
     let done = status(&c, &task).await;
@@ -170,12 +166,12 @@ async fn cancel_cancels_the_run_upstream() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("deploy", json!({"version": "3"})).await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "3"})).await;
     let id = only_run(&d);
     d.set_run(id, "in_progress", None);
     d.clear_seen();
-    let reply = c.cancel(&task).await;
+    let reply = c.cancel_reply(&task).await;
     assert_eq!(reply.result()["resultType"], "complete", "{:?}", reply.body);
     assert!(
         d.lines().contains(&format!("POST {RUNS}/{id}/cancel")),
@@ -187,7 +183,7 @@ async fn cancel_cancels_the_run_upstream() {
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     // Cancelling a finished run does not post another cancel.
     d.clear_seen();
-    assert!(c.cancel(&task).await.is_ok());
+    assert!(c.cancel_reply(&task).await.is_ok());
     assert!(
         !d.lines().iter().any(|l| l.ends_with("/cancel")),
         "{:?}",
@@ -198,7 +194,7 @@ async fn cancel_cancels_the_run_upstream() {
 
 const APPROVAL: &str = r#"environment_approval = { message = "Deploy to {environment}?" }"#;
 
-async fn waiting_for_approval(c: &Modern, d: &Double, task: &str) -> String {
+async fn waiting_for_approval(c: &Client, d: &Double, task: &str) -> String {
     let id = only_run(d);
     d.wait_on_environment(id);
     let asked = status(c, task).await;
@@ -218,8 +214,8 @@ async fn environment_approval_accepted_through_tasks_update() {
     let d = Double::start().await;
     let s = setup(&d, APPROVAL);
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("deploy", json!({"version": "4"})).await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "4"})).await;
     let key = waiting_for_approval(&c, &d, &task).await;
     let reply = c
         .update(
@@ -246,8 +242,8 @@ async fn environment_approval_declined_through_tasks_update() {
     let d = Double::start().await;
     let s = setup(&d, APPROVAL);
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("deploy", json!({"version": "5"})).await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "5"})).await;
     let key = waiting_for_approval(&c, &d, &task).await;
     let reply = c
         .update(&task, json!({ &key: {"action": "decline"} }))
@@ -271,7 +267,7 @@ async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let server = s.server().await;
-    let c = server.modern();
+    let c = server.client();
     // A throttled dispatch: a retryable error, and no run.
     d.throttle_next(Throttle::Secondary { retry_after: 5 });
     let refused = c.call("deploy", json!({"version": "6"})).await;
@@ -280,11 +276,11 @@ async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
     assert_eq!(e["data"]["retryAfterMs"], 5000, "{e}");
     assert!(d.run_ids().is_empty());
 
-    let task = c.start("deploy", json!({"version": "6"})).await;
+    let task = c.start_task("deploy", json!({"version": "6"})).await;
 
     // A secondary rate limit: retryable, with GitHub's retry-after.
     d.throttle_next(Throttle::Secondary { retry_after: 7 });
-    let refused = c.get(&task).await;
+    let refused = c.get_reply(&task).await;
     let e = refused.error();
     assert_eq!(e["code"], -32603, "{e}");
     assert_eq!(e["data"]["retryable"], true, "{e}");
@@ -295,7 +291,7 @@ async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
         status: 429,
         reset_in: 30,
     });
-    let refused = c.get(&task).await;
+    let refused = c.get_reply(&task).await;
     let e = refused.error();
     assert_eq!(e["data"]["retryable"], true, "{e}");
     let after = e["data"]["retryAfterMs"].as_u64().unwrap();
@@ -326,15 +322,15 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let mut first = s.server().await;
-    let c = first.modern();
-    let task = c.start("deploy", json!({"version": "7"})).await;
+    let c = first.client();
+    let task = c.start_task("deploy", json!({"version": "7"})).await;
     assert_eq!(status(&c, &task).await["status"], "working");
     first.kill();
 
     let id = only_run(&d);
     d.set_run(id, "in_progress", None);
     let second = Server::start(&s).await;
-    let c = c.at(&second.url);
+    let c = c.at(&second.url());
     assert_eq!(
         status(&c, &task).await["statusMessage"],
         "running job build, step 7/10: Run Tests"
@@ -351,22 +347,13 @@ async fn sep1391_token_retry_finds_the_run_it_dispatched() {
     let d = Double::start().await;
     let s = setup(&d, r#"correlate = "always""#);
     let server = s.server().await;
-    let c = Legacy::initialize(
-        &server.url,
+    let c = Legacy::connect(
+        &server.url(),
         "2025-06-18",
         json!({"experimental": {"taskgate/sep-1391": {}}}),
     )
     .await;
-    let call = |args: Value| {
-        let c = c.clone();
-        async move {
-            c.request(
-                "tools/call",
-                json!({"name": "deploy", "arguments": args, "operation": {"token": "release-8", "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| c.call_op("deploy", args, "release-8", 3600);
     let first = call(json!({"version": "8"})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -412,18 +399,12 @@ async fn sep1391_token_retry_finds_the_run_it_dispatched() {
     );
     assert_eq!(d.run_ids(), [id]);
 
-    let working = c
-        .request("tools/async/status", json!({"token": "release-8"}))
-        .await;
+    let working = c.op_status("release-8").await;
     assert_eq!(working.result()["status"], "working", "{:?}", working.body);
     d.set_run(id, "completed", Some("success"));
-    let done = c
-        .request("tools/async/status", json!({"token": "release-8"}))
-        .await;
+    let done = c.op_status("release-8").await;
     assert_eq!(done.result()["status"], "completed", "{:?}", done.body);
-    let result = c
-        .request("tools/async/result", json!({"token": "release-8"}))
-        .await;
+    let result = c.op_result("release-8").await;
     assert_eq!(
         result.result()["result"]["structuredContent"]["run_id"],
         id,
@@ -438,17 +419,8 @@ async fn tasks_2025_result_blocks_until_the_run_finishes() {
     let d = Double::start().await;
     let s = setup(&d, "");
     let server = s.server().await;
-    let c = Legacy::initialize(&server.url, "2025-11-25", json!({"tasks": {}})).await;
-    let started = c
-        .request(
-            "tools/call",
-            json!({"name": "deploy", "arguments": {"version": "10"}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
+    let c = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let task = c.start_task("deploy", json!({"version": "10"})).await;
     let id = only_run(&d);
     d.clear_seen();
 
@@ -458,7 +430,7 @@ async fn tasks_2025_result_blocks_until_the_run_finishes() {
         tokio::spawn(async move { c.request("tasks/result", json!({"taskId": task})).await })
     };
     // Once tasks/result has read the run (still queued), finish it.
-    until("tasks/result reading the run", LIMIT, || async {
+    wait_for("tasks/result reading the run", LIMIT, || async {
         if d.lines().contains(&format!("GET {RUNS}/{id}")) {
             Ok(())
         } else {

@@ -13,12 +13,12 @@
 //! The admin kubeconfig comes from `TASKGATE_KUBECONFIG`: skipped when unset,
 //! failed when `TASKGATE_REQUIRE_E2E=1`. Every wait polls against a deadline.
 
-mod engines_support;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use engines_support::{until, Legacy, Modern, Setup};
+use common::{tool_entry, wait_for, Client, Legacy, Setup};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -93,7 +93,7 @@ impl Cluster {
             .expect("create namespace");
         // The ServiceAccount admission plugin refuses pods until `default` exists.
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
-        until("the default service account", LIMIT, || async {
+        wait_for("the default service account", LIMIT, || async {
             match sas.get_opt("default").await {
                 Ok(Some(_)) => Ok(()),
                 other => Err(format!("{other:?}")),
@@ -159,7 +159,7 @@ impl Cluster {
             toml_string(self.kubeconfig.to_str().unwrap()),
             self.ns
         );
-        Setup::new(&body, &[])
+        Setup::config(&body, &[])
     }
 
     async fn done(self) {
@@ -310,19 +310,13 @@ fn job_template(spec: Value, annotations: Value) -> String {
 /// A `[[tools]]` block for the engine `k8s`; `target` is the inside of the
 /// target table.
 fn tool(name: &str, target: &str) -> String {
-    format!(
-        r#"[[tools]]
-name = "{name}"
-description = "A Kubernetes Job"
-engine = "k8s"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", properties = {{ dataset = {{ type = "string" }}, limit = {{ type = "integer" }} }} }}
-target = {{ {target} }}
-
-"#
-    )
+    tool_entry(
+        name,
+        "A Kubernetes Job",
+        "k8s",
+        r#"{ type = "object", properties = { dataset = { type = "string" }, limit = { type = "integer" } } }"#,
+        target,
+    ) + "\n"
 }
 
 /// The text blocks of a `CallToolResult`.
@@ -362,12 +356,12 @@ fn has_condition(job: &Job, kind: &str) -> bool {
 
 /// Polls `tasks/get` until the status message says `fragment` (failing if the
 /// task ends first).
-async fn until_message(c: &Modern, task: &str, fragment: &str) -> Value {
-    until(
+async fn until_message(c: &Client, task: &str, fragment: &str) -> Value {
+    wait_for(
         &format!("statusMessage with {fragment:?}"),
         LIMIT,
         || async {
-            let r = c.get(task).await.result().clone();
+            let r = c.get(task).await;
             assert!(
                 matches!(r["status"].as_str(), Some("working" | "input_required")),
                 "ended before {fragment:?} was seen: {r}"
@@ -408,7 +402,7 @@ async fn a_job_completes_with_its_termination_message_and_log() {
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_taskgate"))
         .args(["check-config", "--config"])
         .arg(&s.config)
-        .envs(s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .envs(s.env().iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .output()
         .expect("run check-config");
     let out = String::from_utf8_lossy(&check.stdout);
@@ -422,9 +416,9 @@ async fn a_job_completes_with_its_termination_message_and_log() {
     assert!(c.all_jobs().await.is_empty(), "the dry run created a Job");
 
     let server = s.server().await;
-    let c2 = server.modern();
+    let c2 = server.client();
     let task = c2
-        .start("report", json!({"dataset": "sales", "limit": 5}))
+        .start_task("report", json!({"dataset": "sales", "limit": 5}))
         .await;
     // The Job as created: the tool's label, the arguments in the env, the
     // keep_alive as its TTL.
@@ -448,7 +442,7 @@ async fn a_job_completes_with_its_termination_message_and_log() {
     );
 
     // Working while the pod runs, then completed with the termination message.
-    let working = c2.get(&task).await;
+    let working = c2.get_reply(&task).await;
     assert_eq!(working.result()["status"], "working", "{:?}", working.body);
     assert_eq!(working.result()["pollIntervalMs"], 200);
     let done = c2.until_status(&task, "completed", LIMIT).await;
@@ -476,7 +470,7 @@ async fn a_job_completes_with_its_termination_message_and_log() {
         .unwrap();
     assert!(has_condition(&job, "Complete"), "{:?}", job.status);
     // Reading it again answers the same (the engine is the database).
-    let again = c2.get(&task).await;
+    let again = c2.get_reply(&task).await;
     assert_eq!(again.result()["result"], done["result"]);
     c.done().await;
 }
@@ -496,8 +490,8 @@ async fn a_failing_job_is_a_tool_error_with_its_reason() {
         &format!("template_file = {}", toml_string(&file)),
     ));
     let server = s.server().await;
-    let m = server.modern();
-    let task = m.start("report", json!({"dataset": "x"})).await;
+    let m = server.client();
+    let task = m.start_task("report", json!({"dataset": "x"})).await;
     let done = m.until_status(&task, "completed", LIMIT).await;
     let result = &done["result"];
     assert_eq!(result["isError"], true, "{done}");
@@ -529,14 +523,14 @@ async fn cancel_deletes_the_job_upstream() {
         &format!("template_file = {}", toml_string(&file)),
     ));
     let server = s.server().await;
-    let m = server.modern();
-    let task = m.start("long", json!({})).await;
+    let m = server.client();
+    let task = m.start_task("long", json!({})).await;
     until_message(&m, &task, "1 active").await;
     let job = c.only_job().await;
     let name = job.metadata.name.clone().unwrap();
     let uid = job.metadata.uid.clone().unwrap();
 
-    let cancelled = m.cancel(&task).await;
+    let cancelled = m.cancel_reply(&task).await;
     assert_eq!(
         cancelled.result()["resultType"],
         "complete",
@@ -545,7 +539,7 @@ async fn cancel_deletes_the_job_upstream() {
     );
     // Upstream: the Job is gone, then its pods.
     let jobs = c.jobs();
-    until("the Job to be deleted", LIMIT, || async {
+    wait_for("the Job to be deleted", LIMIT, || async {
         match jobs.get_opt(&name).await {
             Ok(None) => Ok(()),
             other => Err(format!("{:?}", other.map(|j| j.map(|j| j.metadata)))),
@@ -553,7 +547,7 @@ async fn cancel_deletes_the_job_upstream() {
     })
     .await;
     let pods = c.pods();
-    until("the Job's pods to be deleted", LIMIT, || async {
+    wait_for("the Job's pods to be deleted", LIMIT, || async {
         let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
         match pods.list(&lp).await {
             Ok(list) if list.items.is_empty() => Ok(()),
@@ -563,7 +557,7 @@ async fn cancel_deletes_the_job_upstream() {
     .await;
     // The engine keeps nothing: a deleted Job reads as an unknown task
     // (adapters/kubernetes/README.md, "Cancel").
-    let after = m.get(&task).await;
+    let after = m.get_reply(&task).await;
     assert_eq!(after.error()["code"], -32602, "{:?}", after.body);
     c.done().await;
 }
@@ -586,8 +580,8 @@ async fn an_approval_gate_asks_then_runs_on_accept_and_is_deleted_on_decline() {
         ),
     ));
     let server = s.server().await;
-    let m = server.modern();
-    let task = m.start("migrate", json!({"dataset": "a"})).await;
+    let m = server.client();
+    let task = m.start_task("migrate", json!({"dataset": "a"})).await;
     let asked = m.until_status(&task, "input_required", LIMIT).await;
     let request = &asked["inputRequests"]["approval"];
     assert_eq!(request["method"], "elicitation/create", "{asked}");
@@ -611,7 +605,7 @@ async fn an_approval_gate_asks_then_runs_on_accept_and_is_deleted_on_decline() {
         )
         .await;
     assert_eq!(bad.error()["code"], -32602, "{:?}", bad.body);
-    assert_eq!(m.get(&task).await.result()["status"], "input_required");
+    assert_eq!(m.get(&task).await["status"], "input_required");
 
     let ok = m
         .update(
@@ -638,7 +632,7 @@ async fn an_approval_gate_asks_then_runs_on_accept_and_is_deleted_on_decline() {
     );
 
     // Declined: the Job is deleted without ever running.
-    let declined = m.start("migrate", json!({"dataset": "b"})).await;
+    let declined = m.start_task("migrate", json!({"dataset": "b"})).await;
     m.until_status(&declined, "input_required", LIMIT).await;
     let second = c
         .all_jobs()
@@ -652,7 +646,7 @@ async fn an_approval_gate_asks_then_runs_on_accept_and_is_deleted_on_decline() {
         .await;
     assert!(reply.is_ok(), "{:?}", reply.body);
     let jobs = c.jobs();
-    until("the declined Job to be deleted", LIMIT, || async {
+    wait_for("the declined Job to be deleted", LIMIT, || async {
         match jobs.get_opt(&second).await {
             Ok(None) => Ok(()),
             other => Err(format!("{:?}", other.map(|j| j.map(|j| j.status)))),
@@ -677,13 +671,13 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
         &format!("template_file = {}", toml_string(&file)),
     ));
     let mut first = s.server().await;
-    let m = first.modern();
-    let task = m.start("job", json!({})).await;
-    assert_eq!(m.get(&task).await.result()["status"], "working");
+    let m = first.client();
+    let task = m.start_task("job", json!({})).await;
+    assert_eq!(m.get(&task).await["status"], "working");
     first.kill();
 
     let second = s.server().await;
-    let m = m.at(&second.url);
+    let m = m.at(&second.url());
     let done = m.until_status(&task, "completed", LIMIT).await;
     assert_eq!(
         done["result"]["structuredContent"],
@@ -713,8 +707,8 @@ async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
         ),
     ));
     let server = s.server().await;
-    let l = Legacy::initialize(
-        &server.url,
+    let l = Legacy::connect(
+        &server.url(),
         "2025-06-18",
         json!({"experimental": {"taskgate/sep-1391": {}}}),
     )
@@ -728,17 +722,7 @@ async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
     );
 
     let token = format!("op-{}", c.ns);
-    let call = |args: Value| {
-        let l = l.clone();
-        let token = token.clone();
-        async move {
-            l.request(
-                "tools/call",
-                json!({"name": "report", "arguments": args, "operation": {"token": token, "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| l.call_op("report", args, &token, 3600);
     let first = call(json!({"dataset": "d1", "limit": 2})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -775,21 +759,8 @@ async fn sep1391_token_retry_is_the_same_job_and_other_arguments_conflict() {
     assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
     assert!(job_env(&job).contains(&("ARG_DATASET".into(), "d1".into())));
 
-    until("operation completed", LIMIT, || async {
-        let r = l
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "completed" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let result = l
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    l.until_op_status(&token, "completed", LIMIT).await;
+    let result = l.op_result(&token).await;
     assert_eq!(
         result.result()["result"]["structuredContent"],
         json!({"op": "done"}),
@@ -820,7 +791,7 @@ async fn tasks_2025_result_blocks_until_the_job_is_done() {
         &format!("template_file = {}", toml_string(&file)),
     ));
     let server = s.server().await;
-    let l = Legacy::initialize(&server.url, "2025-11-25", json!({"tasks": {}})).await;
+    let l = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
     let tools = l.request("tools/list", json!({})).await;
     assert_eq!(
         tools.result()["tools"][0]["execution"]["taskSupport"],
@@ -828,17 +799,7 @@ async fn tasks_2025_result_blocks_until_the_job_is_done() {
         "{:?}",
         tools.body
     );
-    let started = l
-        .request(
-            "tools/call",
-            json!({"name": "job", "arguments": {}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
-    assert_eq!(started.result()["task"]["status"], "working");
+    let task = l.start_task("job", json!({})).await;
     let polled = l.request("tasks/get", json!({"taskId": task})).await;
     assert_eq!(polled.result()["status"], "working", "{:?}", polled.body);
 

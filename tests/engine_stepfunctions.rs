@@ -7,7 +7,7 @@
 //!
 //! Skipped when `TASKGATE_MOTO_URL` is unset, failed when `TASKGATE_REQUIRE_E2E=1`.
 
-mod engines_support;
+mod common;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
-use engines_support::{until, Legacy, Modern, Setup};
+use common::{more_fields, tool_entry, wait_for, Client, Legacy, Setup};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
 
@@ -140,29 +140,25 @@ const HUMAN_STEP: &str = r#"human_step = { state = "Approve", message = "Approve
 /// One tool `analyze` on the state machine `arn`, through an engine whose
 /// endpoint is `endpoint`; `extra_target` is added to the target table.
 fn setup(endpoint: &str, arn: &str, extra_target: &str) -> Setup {
-    let extra = if extra_target.is_empty() {
-        String::new()
-    } else {
-        format!(", {extra_target}")
-    };
     let body = format!(
         r#"[engines.aws]
 kind = "stepfunctions"
 region = "us-east-1"
 endpoint_url = "{endpoint}"
 
-[[tools]]
-name = "analyze"
-description = "Analyze a dataset on Step Functions"
-engine = "aws"
-mode = "hybrid"
-poll_interval = "200ms"
-keep_alive = "1h"
-input_schema = {{ type = "object", required = ["dataset"], properties = {{ dataset = {{ type = "string" }}, depth = {{ type = "integer" }} }} }}
-target = {{ state_machine_arn = "{arn}", input_key = "args"{extra} }}
-"#
+{tool}"#,
+        tool = tool_entry(
+            "analyze",
+            "Analyze a dataset on Step Functions",
+            "aws",
+            r#"{ type = "object", required = ["dataset"], properties = { dataset = { type = "string" }, depth = { type = "integer" } } }"#,
+            &format!(
+                r#"state_machine_arn = "{arn}", input_key = "args"{}"#,
+                more_fields(extra_target)
+            ),
+        ),
     );
-    Setup::new(&body, &AWS_ENV)
+    Setup::config(&body, &AWS_ENV)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,12 +167,12 @@ async fn pass_wait_succeed_completes_with_structured_output() {
     let arn = state_machine(&url, "pws", pass_wait_succeed(2)).await;
     let s = setup(&url, &arn, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
 
     // While it waits, the task is working and names the current state.
-    let working = until("working in the Wait state", LIMIT, || async {
-        let r = c.get(&task).await.result().clone();
+    let working = wait_for("working in the Wait state", LIMIT, || async {
+        let r = c.get(&task).await;
         match r["status"].as_str() {
             Some("working")
                 if r["statusMessage"]
@@ -225,8 +221,8 @@ async fn a_fail_state_is_a_tool_error_with_error_and_cause() {
     .await;
     let s = setup(&url, &arn, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     let done = c.until_status(&task, "completed", LIMIT).await;
     let result = &done["result"];
     assert_eq!(result["isError"], true, "{done}");
@@ -251,10 +247,10 @@ async fn cancel_aborts_the_execution_upstream() {
     let arn = state_machine(&url, "cancel", sleeper()).await;
     let s = setup(&url, &arn, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
-    until("in the Sleep state", LIMIT, || async {
-        let r = c.get(&task).await.result().clone();
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
+    wait_for("in the Sleep state", LIMIT, || async {
+        let r = c.get(&task).await;
         if r["statusMessage"]
             .as_str()
             .is_some_and(|m| m.contains("Sleep"))
@@ -265,7 +261,7 @@ async fn cancel_aborts_the_execution_upstream() {
         }
     })
     .await;
-    let cancelled = c.cancel(&task).await;
+    let cancelled = c.cancel_reply(&task).await;
     assert_eq!(
         cancelled.result()["resultType"],
         "complete",
@@ -278,8 +274,8 @@ async fn cancel_aborts_the_execution_upstream() {
         ExecutionStatus::Aborted
     );
     // Cancelling again is harmless: the task stays cancelled.
-    assert!(c.cancel(&task).await.is_ok());
-    assert_eq!(c.get(&task).await.result()["status"], "cancelled");
+    assert!(c.cancel_reply(&task).await.is_ok());
+    assert_eq!(c.get(&task).await["status"], "cancelled");
 }
 
 async fn human_task(url: &str) -> (String, Setup) {
@@ -289,7 +285,7 @@ async fn human_task(url: &str) -> (String, Setup) {
 }
 
 /// Polls until the task asks; returns the request key and the request.
-async fn asked(c: &Modern, task: &str) -> (String, Value) {
+async fn asked(c: &Client, task: &str) -> (String, Value) {
     let r = c.until_status(task, "input_required", LIMIT).await;
     let requests = r["inputRequests"]
         .as_object()
@@ -317,8 +313,8 @@ async fn the_human_step_accepted_through_tasks_update() {
     let Some(url) = moto() else { return };
     let (arn, s) = human_task(&url).await;
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     let (key, _) = asked(&c, &task).await;
 
     // An answer that does not fit the schema never reaches the engine.
@@ -329,7 +325,7 @@ async fn the_human_step_accepted_through_tasks_update() {
         )
         .await;
     assert_eq!(bad.error()["code"], -32602, "{:?}", bad.body);
-    assert_eq!(c.get(&task).await.result()["status"], "input_required");
+    assert_eq!(c.get(&task).await["status"], "input_required");
 
     let ok = c
         .update(
@@ -356,8 +352,8 @@ async fn the_human_step_declined_through_tasks_update() {
     let Some(url) = moto() else { return };
     let (arn, s) = human_task(&url).await;
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     let (key, _) = asked(&c, &task).await;
     let reply = c
         .update(&task, json!({ &key: {"action": "decline"} }))
@@ -381,13 +377,13 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
     let arn = state_machine(&url, "restart", pass_wait_succeed(3)).await;
     let s = setup(&url, &arn, "");
     let mut first = s.server().await;
-    let c = first.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
-    assert_eq!(c.get(&task).await.result()["status"], "working");
+    let c = first.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
     first.kill();
 
     let second = s.server().await;
-    let c = c.at(&second.url);
+    let c = c.at(&second.url());
     let done = c.until_status(&task, "completed", LIMIT).await;
     assert_eq!(
         done["result"]["structuredContent"]["args"],
@@ -402,8 +398,8 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     let arn = state_machine(&url, "sep1391", pass_wait_succeed(2)).await;
     let s = setup(&url, &arn, "");
     let server = s.server().await;
-    let c = Legacy::initialize(
-        &server.url,
+    let c = Legacy::connect(
+        &server.url(),
         "2025-06-18",
         json!({"experimental": {"taskgate/sep-1391": {}}}),
     )
@@ -417,17 +413,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     );
 
     let token = unique("op");
-    let call = |args: Value| {
-        let c = c.clone();
-        let token = token.clone();
-        async move {
-            c.request(
-                "tools/call",
-                json!({"name": "analyze", "arguments": args, "operation": {"token": token, "keepAlive": 3600}}),
-            )
-            .await
-        }
-    };
+    let call = |args: Value| c.call_op("analyze", args, &token, 3600);
     let first = call(json!({"dataset": "d1", "depth": 2})).await;
     assert_eq!(
         first.result()["operation"]["token"],
@@ -459,9 +445,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     assert_eq!(executions(&url, &arn).await.len(), 1);
 
     // Not finished yet: no result.
-    let early = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    let early = c.op_result(&token).await;
     if early.is_ok() {
         // It may have finished already on a slow machine; then it is the result.
         assert_eq!(
@@ -473,21 +457,8 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     } else {
         assert_eq!(early.error()["code"], -32602, "{:?}", early.body);
     }
-    until("operation completed", LIMIT, || async {
-        let r = c
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "completed" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let result = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    c.until_op_status(&token, "completed", LIMIT).await;
+    let result = c.op_result(&token).await;
     assert_eq!(
         result.result()["result"]["structuredContent"]["args"],
         json!({"dataset": "d1", "depth": 2}),
@@ -499,9 +470,7 @@ async fn sep1391_token_retry_is_idempotent_and_other_arguments_conflict() {
     assert!(late.is_ok(), "{:?}", late.body);
     assert_eq!(executions(&url, &arn).await.len(), 1);
     // An unknown token is not found.
-    let unknown = c
-        .request("tools/async/status", json!({"token": unique("nope")}))
-        .await;
+    let unknown = c.op_status(&unique("nope")).await;
     assert_eq!(unknown.error()["code"], -32602, "{:?}", unknown.body);
 }
 
@@ -511,8 +480,8 @@ async fn sep1391_cancel_by_operation_token_aborts_upstream() {
     let arn = state_machine(&url, "sep1391-cancel", sleeper()).await;
     let s = setup(&url, &arn, "");
     let server = s.server().await;
-    let c = Legacy::initialize(
-        &server.url,
+    let c = Legacy::connect(
+        &server.url(),
         "2025-03-26",
         json!({"experimental": {"taskgate/sep-1391": {}}}),
     )
@@ -525,36 +494,22 @@ async fn sep1391_cancel_by_operation_token_aborts_upstream() {
         )
         .await;
     assert!(started.is_ok(), "{:?}", started.body);
-    let status = c
-        .request("tools/async/status", json!({"token": token}))
-        .await;
+    let status = c.op_status(&token).await;
     assert_eq!(status.result()["status"], "working", "{:?}", status.body);
     let posted = c
         .post(
             &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"reason": "no longer needed", "_operation": {"token": token}}}),
         )
-        .await;
+        .await
+        .status;
     assert_eq!(posted, 202);
-    until("canceled", LIMIT, || async {
-        let r = c
-            .request("tools/async/status", json!({"token": token}))
-            .await;
-        let status = r.result()["status"].clone();
-        if status == "canceled" {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
+    c.until_op_status(&token, "canceled", LIMIT).await;
     assert_eq!(
         only_execution_status(&url, &arn).await,
         ExecutionStatus::Aborted
     );
-    let result = c
-        .request("tools/async/result", json!({"token": token}))
-        .await;
+    let result = c.op_result(&token).await;
     assert_eq!(result.error()["code"], -32602, "{:?}", result.body);
 }
 
@@ -563,8 +518,8 @@ async fn tasks_2025_result_blocks_until_done_and_elicits_the_human_step() {
     let Some(url) = moto() else { return };
     let (arn, s) = human_task(&url).await;
     let server = s.server().await;
-    let c = Legacy::initialize(
-        &server.url,
+    let c = Legacy::connect(
+        &server.url(),
         "2025-11-25",
         json!({"elicitation": {}, "tasks": {}}),
     )
@@ -576,19 +531,9 @@ async fn tasks_2025_result_blocks_until_done_and_elicits_the_human_step() {
         "{:?}",
         tools.body
     );
-    let started = c
-        .request(
-            "tools/call",
-            json!({"name": "analyze", "arguments": {"dataset": "d1"}, "task": {"ttl": 60000}}),
-        )
-        .await;
-    let task = started.result()["task"]["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
-    assert_eq!(started.result()["task"]["status"], "working");
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
 
-    let polled = until("input_required", LIMIT, || async {
+    let polled = wait_for("input_required", LIMIT, || async {
         let r = c.request("tasks/get", json!({"taskId": task})).await;
         let t = r.result().clone();
         if t["status"] == "input_required" {
@@ -748,7 +693,7 @@ async fn throttling_is_a_retryable_error_and_never_fails_the_task() {
     let proxy = ThrottlingProxy::start(&url).await;
     let s = setup(&proxy.url, &arn, "");
     let server = s.server().await;
-    let c = server.modern();
+    let c = server.client();
 
     // A throttled start: a retryable error, and no execution.
     proxy.throttle("StartExecution", 10);
@@ -764,10 +709,10 @@ async fn throttling_is_a_retryable_error_and_never_fails_the_task() {
     assert_eq!(proxy.throttled.swap(0, Ordering::SeqCst), 2);
     proxy.throttle("", 0);
 
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     // Every attempt of the next status read is throttled (the SDK's retry too).
     proxy.throttle("DescribeExecution", 10);
-    let refused = c.get(&task).await;
+    let refused = c.get_reply(&task).await;
     let e = refused.error();
     assert_eq!(e["code"], -32603, "{e}");
     assert_eq!(e["data"]["retryable"], true, "{e}");
@@ -786,7 +731,7 @@ async fn throttling_is_a_retryable_error_and_never_fails_the_task() {
 
     // One throttled attempt is absorbed by the engine's single retry.
     proxy.throttle("DescribeExecution", 1);
-    let absorbed = c.get(&task).await;
+    let absorbed = c.get_reply(&task).await;
     assert!(absorbed.is_ok(), "{:?}", absorbed.body);
     assert_eq!(proxy.remaining.load(Ordering::SeqCst), 0);
 
@@ -812,13 +757,13 @@ async fn an_idle_server_makes_no_upstream_calls() {
     let proxy = ThrottlingProxy::start(&url).await;
     let s = setup(&proxy.url, &arn, "");
     let server = s.server().await;
-    let c = server.modern();
-    let task = c.start("analyze", json!({"dataset": "d1"})).await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     let before = proxy.actions.lock().unwrap().len();
     let calls = server.engine_calls().await;
     // Watch for a few poll intervals of the tool (200 ms): nothing is read.
     let watched = std::time::Instant::now();
-    until("a second of idleness", LIMIT, || async {
+    wait_for("a second of idleness", LIMIT, || async {
         if watched.elapsed() >= Duration::from_secs(1) {
             Ok(())
         } else {
@@ -828,5 +773,5 @@ async fn an_idle_server_makes_no_upstream_calls() {
     .await;
     assert_eq!(proxy.actions.lock().unwrap().len(), before);
     assert_eq!(server.engine_calls().await, calls);
-    assert!(c.cancel(&task).await.is_ok());
+    assert!(c.cancel_reply(&task).await.is_ok());
 }

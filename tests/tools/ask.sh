@@ -1,11 +1,12 @@
 #!/bin/sh
-# A pipeline with a human step: asks for approval through TASKGATE_INPUT_DIR,
-# waits (at most 120 s) for the answer file, and returns the answer as its
-# result.
+# A pipeline with a human step: asks "<VERB> <label>?" (VERB is the first
+# argument, default Deploy) through TASKGATE_INPUT_DIR, waits (at most 120 s)
+# for the answer file, and returns the answer in its result.
 set -eu
+verb=${1:-Deploy}
 req="$TASKGATE_INPUT_DIR/approve.request.json"
 resp="$TASKGATE_INPUT_DIR/approve.response.json"
-printf '{"message": "Deploy %s?", "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}' "$TASKGATE_ARG_LABEL" > "$req.tmp"
+printf '{"message": "%s %s?", "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}' "$verb" "$TASKGATE_ARG_LABEL" > "$req.tmp"
 mv "$req.tmp" "$req"
 i=0
 while [ ! -e "$resp" ]; do
@@ -14,4 +15,4 @@ while [ ! -e "$resp" ]; do
 done
 { printf '{"label": "%s", "answer": ' "$TASKGATE_ARG_LABEL"; cat "$resp"; printf '}'; } > "$TASKGATE_RESULT_FILE.tmp"
 mv "$TASKGATE_RESULT_FILE.tmp" "$TASKGATE_RESULT_FILE"
-echo "approved"
+echo "approved $TASKGATE_ARG_LABEL"

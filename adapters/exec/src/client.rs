@@ -18,7 +18,7 @@ use taskgate_engine::{
     spec_hash, EngineError, InputRequest, InputResponse, NativeRef, RunState, Snapshot,
 };
 
-use crate::config::{ExecTarget, Settings};
+use crate::config::{Settings, ToolTarget};
 use crate::layout::{
     self, to_ms, CommandSpec, Meta, StatusFile, ARGS, CANCELLED, COMMAND, EXIT, INPUT_DIR, META,
     PID, REQUEST_SUFFIX, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL, STDOUT_TAIL, SUPERVISOR,
@@ -40,7 +40,7 @@ pub(crate) struct Spool {
 /// What a start needs to know about the tool.
 pub(crate) struct Launch<'a> {
     pub tool: &'a str,
-    pub target: &'a ExecTarget,
+    pub target: &'a ToolTarget,
     pub run_name: &'a str,
     pub arguments: &'a Value,
     pub keep_alive: Option<Duration>,
@@ -72,7 +72,7 @@ impl Spool {
             .recursive(true)
             .mode(0o700)
             .create(&staging)
-            .map_err(|e| io_error("cannot create the spool folder", e))
+            .map_err(|e| map_error(Action::Spool("cannot create the spool folder"), e))
     }
 
     /// Creates the run folder and launches its supervisor; idempotent for the
@@ -109,7 +109,7 @@ impl Spool {
                 Err(e) => {
                     let _ = std::fs::remove_dir_all(&staged);
                     if !dir.exists() {
-                        return Err(io_error("cannot create the run folder", e));
+                        return Err(map_error(Action::Spool("cannot create the run folder"), e));
                     }
                     // Lost a race with a concurrent start: judge what won.
                 }
@@ -181,7 +181,7 @@ impl Spool {
             Ok(()) => Ok(staged),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&staged);
-                Err(io_error("cannot prepare the run folder", e))
+                Err(map_error(Action::Spool("cannot prepare the run folder"), e))
             }
         }
     }
@@ -316,7 +316,9 @@ impl Spool {
                 match std::fs::File::create_new(dir.join(CANCELLED)) {
                     Ok(_) => {}
                     Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(io_error("cannot mark the run cancelled", e)),
+                    Err(e) => {
+                        return Err(map_error(Action::Spool("cannot mark the run cancelled"), e))
+                    }
                 }
                 if child_alive {
                     signal(pgid, Signal::SIGTERM)?;
@@ -360,7 +362,7 @@ impl Spool {
         match layout::write_exclusive(&input, &format!("{key}{RESPONSE_SUFFIX}"), &bytes) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(not_outstanding(key)),
-            Err(e) => Err(io_error("cannot write the answer", e)),
+            Err(e) => Err(map_error(Action::Spool("cannot write the answer"), e)),
         }
     }
 
@@ -410,11 +412,7 @@ fn ours<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option
     layout::read_json(&dir.join(name)).or_else(|e| match e.kind() {
         // The folder vanished under us (retention on another replica).
         ErrorKind::NotFound | ErrorKind::NotADirectory => Ok(None),
-        ErrorKind::InvalidData => Err(EngineError::Internal {
-            message: format!("the spool file {name} is damaged"),
-            source: Some(Box::new(e)),
-        }),
-        _ => Err(io_error("cannot read the spool", e)),
+        _ => Err(map_error(Action::Record(name), e)),
     })
 }
 
@@ -536,10 +534,7 @@ pub(crate) fn arg_env(arguments: &Value) -> BTreeMap<String, String> {
 fn signal(pgid: i32, signal: Signal) -> Result<(), EngineError> {
     proc::signal_group(pgid, Some(signal))
         .map(|_| ())
-        .map_err(|e| EngineError::PermissionDenied {
-            action: format!("kill({signal})"),
-            message: e.to_string(),
-        })
+        .map_err(|e| map_error(Action::Signal(signal), std::io::Error::other(e)))
 }
 
 fn not_outstanding(key: &str) -> EngineError {
@@ -548,14 +543,47 @@ fn not_outstanding(key: &str) -> EngineError {
     }
 }
 
-fn io_error(what: &str, e: std::io::Error) -> EngineError {
-    if e.kind() == ErrorKind::PermissionDenied {
-        EngineError::PermissionDenied {
+/// What a failed local call was doing; it decides which [`EngineError`] the
+/// failure becomes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Action<'a> {
+    /// A spool operation, as the message names it ("cannot create the run
+    /// folder").
+    Spool(&'a str),
+    /// Reading the record `name` that taskgate itself wrote into a run folder.
+    Record(&'a str),
+    /// Writing the probe file of `taskgate check-config` into this spool folder.
+    Probe(&'a Path),
+    /// Sending this signal to a run's process group.
+    Signal(Signal),
+}
+
+/// The one place where failed spool and process calls become
+/// [`EngineError`]s: a damaged record is `Internal`; a refused probe write or
+/// signal, and any spool operation refused for lack of permission, is
+/// `PermissionDenied`; any other spool failure is `Unavailable` (retryable).
+pub(crate) fn map_error(action: Action<'_>, error: std::io::Error) -> EngineError {
+    match action {
+        Action::Record(name) if error.kind() == ErrorKind::InvalidData => EngineError::Internal {
+            message: format!("the spool file {name} is damaged"),
+            source: Some(Box::new(error)),
+        },
+        Action::Record(_) => map_error(Action::Spool("cannot read the spool"), error),
+        Action::Probe(dir) => EngineError::PermissionDenied {
             action: "write the spool folder".to_owned(),
-            message: format!("{what}: {e}"),
+            message: format!("{}: {error}", dir.display()),
+        },
+        Action::Signal(signal) => EngineError::PermissionDenied {
+            action: format!("kill({signal})"),
+            message: error.to_string(),
+        },
+        Action::Spool(what) if error.kind() == ErrorKind::PermissionDenied => {
+            EngineError::PermissionDenied {
+                action: "write the spool folder".to_owned(),
+                message: format!("{what}: {error}"),
+            }
         }
-    } else {
-        EngineError::unavailable(what.to_owned(), e)
+        Action::Spool(what) => EngineError::unavailable(what.to_owned(), error),
     }
 }
 

@@ -9,16 +9,16 @@ use serde::Deserialize;
 use taskgate_engine::ConfigError;
 
 /// The default number of bytes kept from each output stream (64 KiB).
-pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
 /// The largest `tail_bytes` accepted (16 MiB).
-pub const MAX_TAIL_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_TAIL_BYTES: usize = 16 * 1024 * 1024;
 /// The default grace period between SIGTERM and SIGKILL on cancel.
-pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
 
 /// Variables passed through from taskgate's own environment when a tool does
 /// not say otherwise. Everything else (taskgate's keys, cloud credentials) is
 /// withheld from tool processes.
-pub const DEFAULT_PASS_ENV: &[&str] = &[
+pub(crate) const DEFAULT_PASS_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
@@ -34,7 +34,7 @@ pub const DEFAULT_PASS_ENV: &[&str] = &[
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExecSettings {
+pub struct EngineSettings {
     /// The folder holding one sub-folder per run. Every taskgate server on this
     /// host that should see the same runs must use the same folder. Absolute.
     /// Default: `$XDG_STATE_HOME/taskgate/spool`, or
@@ -70,7 +70,7 @@ pub(crate) struct Settings {
     pub grace_period: Duration,
 }
 
-impl ExecSettings {
+impl EngineSettings {
     /// Checks the values and fills in defaults from `env` (a lookup of
     /// environment variables) and `current_exe`.
     pub(crate) fn validate(
@@ -154,7 +154,7 @@ fn default_spool_dir(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 /// and as a JSON file (`TASKGATE_ARGS_FILE`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExecTarget {
+pub struct ToolTarget {
     /// The program and its fixed arguments. The program is an absolute path, a
     /// relative path with a `/` (resolved against the folder taskgate was started
     /// in), or a name looked up in the `PATH` passed to the process.
@@ -178,7 +178,7 @@ pub struct ExecTarget {
     pub pass_env: Option<Vec<String>>,
 }
 
-impl ExecTarget {
+impl ToolTarget {
     /// Makes a relative program path (one with a `/`) absolute against the
     /// current folder, since the process itself starts in its run folder.
     pub(crate) fn resolve_relative_program(&mut self) {
@@ -262,7 +262,7 @@ mod tests {
     use taskgate_engine::from_value;
 
     fn settings(v: serde_json::Value) -> Result<Settings, ConfigError> {
-        from_value::<ExecSettings>(v)?.validate(
+        from_value::<EngineSettings>(v)?.validate(
             |name| (name == "HOME").then(|| "/home/u".to_owned()),
             || Some(PathBuf::from("/usr/bin/taskgate")),
         )
@@ -278,7 +278,7 @@ mod tests {
         assert_eq!(s.tail_bytes, 65536);
         assert_eq!(s.supervisor, vec!["/usr/bin/taskgate", "supervise"]);
         assert_eq!(s.grace_period, Duration::from_secs(5));
-        let xdg = ExecSettings::default()
+        let xdg = EngineSettings::default()
             .validate(
                 |name| (name == "XDG_STATE_HOME").then(|| "/state".to_owned()),
                 || None::<PathBuf>.or(Some("/x".into())),
@@ -307,14 +307,14 @@ mod tests {
         assert_eq!(key(json!({"tail_bytes": 0})), "tail_bytes");
         assert_eq!(key(json!({"supervisor": []})), "supervisor");
         assert_eq!(key(json!({"grace_period": "soon"})), "grace_period");
-        let none = ExecSettings::default().validate(|_| None, || Some("/x".into()));
+        let none = EngineSettings::default().validate(|_| None, || Some("/x".into()));
         assert_eq!(none.unwrap_err().key, "spool_dir");
     }
 
     #[test]
     fn targets() {
-        let target = |v| -> Result<ExecTarget, ConfigError> {
-            let t: ExecTarget = from_value(v).map_err(|e| e.within("target"))?;
+        let target = |v| -> Result<ToolTarget, ConfigError> {
+            let t: ToolTarget = from_value(v).map_err(|e| e.within("target"))?;
             t.validate()?;
             Ok(t)
         };

@@ -40,13 +40,10 @@ use taskgate_engine::{
     Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-pub use config::{
-    ExecSettings, ExecTarget, DEFAULT_GRACE_PERIOD, DEFAULT_PASS_ENV, DEFAULT_TAIL_BYTES,
-    MAX_TAIL_BYTES,
-};
+pub use config::{EngineSettings, ToolTarget};
 pub use supervisor::supervise_main;
 
-use client::{Launch, Spool};
+use client::{map_error, Action, Launch, Spool};
 
 /// The `kind` of this engine in `[engines.NAME]`.
 pub const KIND: &str = "exec";
@@ -63,7 +60,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// A [`ConfigError`] keyed by the offending setting (`spool_dir`,
 /// `tail_bytes`, `supervisor`, `grace_period`, or an unknown key).
 pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, ConfigError> {
-    let settings: ExecSettings = taskgate_engine::from_value(settings)?;
+    let settings: EngineSettings = taskgate_engine::from_value(settings)?;
     let settings = settings.validate(
         |name| std::env::var(name).ok(),
         || std::env::current_exe().ok(),
@@ -73,9 +70,10 @@ pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, Confi
     }))
 }
 
-/// An exec engine: one spool folder and one supervisor command.
+/// An exec engine: one spool folder and one supervisor command. Built by
+/// [`build`].
 #[derive(Debug)]
-struct ExecEngine {
+pub struct ExecEngine {
     spool: Spool,
 }
 
@@ -86,7 +84,7 @@ impl Engine for ExecEngine {
     }
 
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
-        let mut target: ExecTarget = tool.target()?;
+        let mut target: ToolTarget = tool.target()?;
         target.validate()?;
         target.resolve_relative_program();
         Ok(Arc::new(ExecPipeline {
@@ -105,10 +103,7 @@ impl Engine for ExecEngine {
             let probe = settings.spool_dir.join(".staging").join(".probe");
             std::fs::write(&probe, b"")
                 .and_then(|()| std::fs::remove_file(&probe))
-                .map_err(|e| EngineError::PermissionDenied {
-                    action: "write the spool folder".to_owned(),
-                    message: format!("{}: {e}", settings.spool_dir.display()),
-                })?;
+                .map_err(|e| map_error(Action::Probe(&settings.spool_dir), e))?;
             let program = &settings.supervisor[0];
             if !is_executable(std::path::Path::new(program)) {
                 return Err(EngineError::InvalidInput {
@@ -124,12 +119,13 @@ impl Engine for ExecEngine {
     }
 }
 
-/// A tool bound to a local program.
+/// A tool bound to a local program. Made by [`ExecEngine`]'s
+/// [`Engine::bind`].
 #[derive(Debug)]
-struct ExecPipeline {
+pub struct ExecPipeline {
     spool: Spool,
     tool: String,
-    target: Arc<ExecTarget>,
+    target: Arc<ToolTarget>,
     keep_alive: Option<Duration>,
 }
 

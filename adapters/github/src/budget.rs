@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 /// What the `x-ratelimit-*` headers of one answer say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// `x-ratelimit-limit`: requests per window.
     pub limit: Option<u64>,
     /// `x-ratelimit-remaining`: requests left in this window.
@@ -51,7 +51,12 @@ impl Budget {
 /// `retry-after`, else at least a minute). `None` means the answer is not a
 /// rate-limit refusal (a 403 is then a permission problem).
 #[must_use]
-pub fn rate_limited(status: u16, headers: &HeaderMap, message: &str, now: u64) -> Option<Duration> {
+pub(crate) fn rate_limited(
+    status: u16,
+    headers: &HeaderMap,
+    message: &str,
+    now: u64,
+) -> Option<Duration> {
     if status != 403 && status != 429 {
         return None;
     }
@@ -82,7 +87,7 @@ pub fn rate_limited(status: u16, headers: &HeaderMap, message: &str, now: u64) -
 /// `calls_per_poll` requests, so polls are at least `window × calls_per_poll /
 /// remaining` apart (never less than 10 s); with nothing left, wait for the reset.
 #[must_use]
-pub fn poll_hint(
+pub(crate) fn poll_hint(
     budget: &Budget,
     now: u64,
     calls_per_poll: u64,

@@ -15,12 +15,9 @@ use taskgate_engine::{ConfigError, EngineError};
 use crate::budget::{rate_limited, Budget};
 use crate::config::{Auth, Validated};
 
-/// The REST API version taskgate speaks.
-pub const API_VERSION: &str = "2022-11-28";
-
 /// One answer from GitHub, whatever its status.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The HTTP status.
     pub status: u16,
     /// The headers.
@@ -63,7 +60,7 @@ impl Answer {
 
 /// A GitHub REST client shared by an engine's pipelines.
 #[derive(Clone)]
-pub struct Client {
+pub(crate) struct Client {
     octo: Arc<Octocrab>,
 }
 
@@ -75,7 +72,7 @@ impl std::fmt::Debug for Client {
 
 /// The seconds since the epoch, now.
 #[must_use]
-pub fn now_epoch() -> u64 {
+pub(crate) fn now_epoch() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -171,7 +168,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// See [`refusal`].
+    /// See [`map_error`].
     pub async fn call(
         &self,
         method: http::Method,
@@ -184,7 +181,7 @@ impl Client {
         if answer.ok() {
             Ok(answer)
         } else {
-            Err(refusal(&answer, permission))
+            Err(map_error(&answer, permission))
         }
     }
 }
@@ -194,7 +191,7 @@ impl Client {
 /// naming `permission`, 404 to `NotFound`, 409 to `Conflict`, 400/422 to
 /// `InvalidInput`, anything else to `Unavailable`.
 #[must_use]
-pub fn refusal(answer: &Answer, permission: &str) -> EngineError {
+pub(crate) fn map_error(answer: &Answer, permission: &str) -> EngineError {
     let message = answer.message();
     if let Some(retry_after) = rate_limited(answer.status, &answer.headers, &message, now_epoch()) {
         return EngineError::Throttled {
@@ -230,14 +227,14 @@ fn transport_error(error: octocrab::Error) -> EngineError {
             headers,
             body: serde_json::json!({"message": source.message}).to_string(),
         };
-        return refusal(&answer, "GitHub App installation token");
+        return map_error(&answer, "GitHub App installation token");
     }
     EngineError::unavailable("GitHub could not be reached", error)
 }
 
 /// Percent-encodes `text` for a path segment or a query value.
 #[must_use]
-pub fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -251,7 +248,7 @@ pub fn encode(text: &str) -> String {
 
 /// Percent-encodes a repository path, keeping its `/`.
 #[must_use]
-pub fn encode_path(path: &str) -> String {
+pub(crate) fn encode_path(path: &str) -> String {
     path.split('/').map(encode).collect::<Vec<_>>().join("/")
 }
 
@@ -273,7 +270,7 @@ mod tests {
 
     #[test]
     fn refusals_map_to_engine_errors() {
-        let e = refusal(
+        let e = map_error(
             &answer(
                 403,
                 &[("retry-after", "7")],
@@ -283,7 +280,7 @@ mod tests {
         );
         assert!(e.is_retryable());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
-        let e = refusal(
+        let e = map_error(
             &answer(
                 403,
                 &[("x-ratelimit-remaining", "4000")],
@@ -296,20 +293,20 @@ mod tests {
             "{e:?}"
         );
         assert!(matches!(
-            refusal(&answer(404, &[], "{}"), "x"),
+            map_error(&answer(404, &[], "{}"), "x"),
             EngineError::NotFound
         ));
         assert!(matches!(
-            refusal(&answer(409, &[], "{}"), "x"),
+            map_error(&answer(409, &[], "{}"), "x"),
             EngineError::Conflict { .. }
         ));
         assert!(matches!(
-            refusal(&answer(422, &[], r#"{"message":"Unexpected inputs provided: [\"x\"]"}"#), "x"),
+            map_error(&answer(422, &[], r#"{"message":"Unexpected inputs provided: [\"x\"]"}"#), "x"),
             EngineError::InvalidInput { ref message } if message.contains("Unexpected inputs")
         ));
-        assert!(refusal(&answer(502, &[], "bad gateway"), "x").is_retryable());
+        assert!(map_error(&answer(502, &[], "bad gateway"), "x").is_retryable());
         assert!(matches!(
-            refusal(&answer(401, &[], "{}"), "x"),
+            map_error(&answer(401, &[], "{}"), "x"),
             EngineError::PermissionDenied { .. }
         ));
     }

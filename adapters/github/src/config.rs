@@ -10,11 +10,11 @@ use serde_json::Value;
 use taskgate_engine::ConfigError;
 
 /// The public GitHub REST API.
-pub const DEFAULT_BASE_URL: &str = "https://api.github.com";
+pub(crate) const DEFAULT_BASE_URL: &str = "https://api.github.com";
 
 /// The workflow input that carries the run name when a dispatch cannot return the
 /// run it created (see [`ToolTarget::correlation_input`]).
-pub const DEFAULT_CORRELATION_INPUT: &str = "taskgate_run";
+pub(crate) const DEFAULT_CORRELATION_INPUT: &str = "taskgate_run";
 
 /// `[engines.NAME]` with `kind = "github"`.
 ///
@@ -61,7 +61,7 @@ pub struct EngineSettings {
 
 /// How a token is obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// A bearer token (personal access token, or similar).
     Token(String),
     /// A GitHub App installation.
@@ -77,7 +77,7 @@ pub enum Auth {
 
 /// Settings after validation.
 #[derive(Debug, Clone)]
-pub struct Validated {
+pub(crate) struct Validated {
     /// How to authenticate.
     pub auth: Auth,
     /// The API root, without a trailing `/`.
@@ -94,7 +94,7 @@ impl EngineSettings {
     /// # Errors
     ///
     /// A [`ConfigError`] naming the offending key.
-    pub fn validate(&self) -> Result<Validated, ConfigError> {
+    pub(crate) fn validate(&self) -> Result<Validated, ConfigError> {
         self.validate_with(|name| std::env::var(name).ok())
     }
 
@@ -103,7 +103,7 @@ impl EngineSettings {
     /// # Errors
     ///
     /// A [`ConfigError`] naming the offending key.
-    pub fn validate_with(
+    pub(crate) fn validate_with(
         &self,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Validated, ConfigError> {
@@ -297,7 +297,7 @@ pub struct ApprovalSettings {
 
 /// A target after validation.
 #[derive(Debug, Clone)]
-pub struct BoundTarget {
+pub(crate) struct BoundTarget {
     /// Owner.
     pub owner: String,
     /// Repository.
@@ -329,7 +329,7 @@ impl ToolTarget {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed `target.FIELD`.
-    pub fn validate(self) -> Result<BoundTarget, ConfigError> {
+    pub(crate) fn validate(self) -> Result<BoundTarget, ConfigError> {
         if !is_name(&self.owner, &[]) || self.owner.len() > 39 {
             return Err(ConfigError::new(
                 "target.owner",

@@ -10,11 +10,11 @@
 
 mod budget;
 mod client;
-pub mod config;
+mod config;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod translate;
-pub mod workflow;
+mod translate;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,12 +27,12 @@ use taskgate_engine::{
     NativeRef, Pipeline, RunState, Snapshot, StartRequest, ToolDecl,
 };
 
-pub use budget::{poll_hint, rate_limited, Budget};
-pub use client::API_VERSION;
-use client::{encode, encode_path, now_epoch, refusal, Client};
-use config::{BoundTarget, Correlate, EngineSettings, ToolTarget, Validated};
+pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
+
+use budget::{poll_hint, Budget};
+use client::{encode, encode_path, map_error, now_epoch, Client};
+use config::{BoundTarget, Validated};
 use translate::{DispatchResponse, WorkflowRun};
-pub use workflow::{compare_inputs, suggest_input_schema};
 
 /// The `kind` of this engine in `[engines.NAME]`.
 pub const KIND: &str = "github";
@@ -60,7 +60,8 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     Ok(Arc::new(GithubEngine::new(validated)?))
 }
 
-/// A configured GitHub engine.
+/// A configured GitHub engine: one API root, one way to authenticate. Built by
+/// [`build`].
 #[derive(Debug)]
 pub struct GithubEngine {
     client: Client,
@@ -73,7 +74,7 @@ impl GithubEngine {
     /// # Errors
     ///
     /// A [`ConfigError`] when the client cannot be built from them.
-    pub fn new(settings: Validated) -> Result<Self, ConfigError> {
+    pub(crate) fn new(settings: Validated) -> Result<Self, ConfigError> {
         Ok(Self {
             client: Client::new(&settings)?,
             settings,
@@ -111,7 +112,7 @@ impl Engine for GithubEngine {
             )]);
         }
         if !answer.ok() {
-            return Err(refusal(&answer, "authentication"));
+            return Err(map_error(&answer, "authentication"));
         }
         let mut findings = vec![format!(
             "{} accepts the credentials",
@@ -124,7 +125,7 @@ impl Engine for GithubEngine {
     }
 }
 
-/// A tool bound to a workflow.
+/// A tool bound to a workflow. Made by [`GithubEngine`]'s [`Engine::bind`].
 #[derive(Debug)]
 pub struct GithubPipeline {
     client: Client,
@@ -136,7 +137,7 @@ pub struct GithubPipeline {
 
 /// Which run a [`NativeRef`] names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunKey {
+pub(crate) enum RunKey {
     /// A run by id: `owner/repo/12345`.
     Id(u64),
     /// A run dispatched without run details and not yet seen:
@@ -152,7 +153,7 @@ pub enum RunKey {
 
 /// A parsed [`NativeRef`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRef {
+pub(crate) struct RunRef {
     /// The repository owner.
     pub owner: String,
     /// The repository.
@@ -332,7 +333,7 @@ impl GithubPipeline {
                 ),
             };
         }
-        refusal(answer, "actions: write")
+        map_error(answer, "actions: write")
     }
 
     /// Reads the run a reference names: by id, or by name through a listing.
@@ -538,7 +539,7 @@ impl Pipeline for GithubPipeline {
                 message: format!("GitHub cannot cancel the run now: {}", answer.message()),
             });
         }
-        Err(refusal(&answer, "actions: write"))
+        Err(map_error(&answer, "actions: write"))
     }
 
     async fn answer(
@@ -571,7 +572,7 @@ impl Pipeline for GithubPipeline {
                     answer.message()
                 ),
             }),
-            _ => Err(refusal(
+            _ => Err(map_error(
                 &answer,
                 "deployments: write (and being a required reviewer of the environment)",
             )),
@@ -664,12 +665,11 @@ impl Pipeline for GithubPipeline {
             }
             findings.push(message);
         }
-        let suggested = workflow::suggest_input_schema_for(&yaml, corr).map_err(|e| {
-            EngineError::InvalidInput {
+        let suggested =
+            workflow::suggest_input_schema(&yaml, corr).map_err(|e| EngineError::InvalidInput {
                 message: e.to_string(),
-            }
-        })?;
-        let mismatches = workflow::compare_inputs_for(&self.input_schema, &yaml, corr);
+            })?;
+        let mismatches = workflow::compare_inputs(&self.input_schema, &yaml, corr);
         if !mismatches.is_empty() {
             return Err(EngineError::InvalidInput {
                 message: format!(

@@ -60,6 +60,18 @@ jobs:
       - run: ./deploy.sh
 "#;
 
+/// The input schema taskgate suggests for [`WORKFLOW_YAML`] (what
+/// `taskgate check-config` prints for a tool without one).
+///
+/// # Panics
+///
+/// Never: the workflow is a constant that parses.
+#[must_use]
+pub fn suggested_input_schema() -> Value {
+    crate::workflow::suggest_input_schema(WORKFLOW_YAML, crate::config::DEFAULT_CORRELATION_INPUT)
+        .expect("the double's workflow parses")
+}
+
 /// A published example from `tests/fixtures`.
 ///
 /// # Panics

@@ -18,7 +18,7 @@ use crate::config::ApprovalSettings;
 /// A workflow run (`GET /repos/{owner}/{repo}/actions/runs/{run_id}`), the fields
 /// taskgate reads.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct WorkflowRun {
+pub(crate) struct WorkflowRun {
     /// The run id.
     pub id: u64,
     /// The workflow's name.
@@ -55,7 +55,7 @@ pub struct WorkflowRun {
 
 /// `GET …/runs?…` (a page of runs).
 #[derive(Debug, Clone, Deserialize)]
-pub struct RunList {
+pub(crate) struct RunList {
     /// The runs, newest first.
     #[serde(default)]
     pub workflow_runs: Vec<WorkflowRun>,
@@ -63,7 +63,7 @@ pub struct RunList {
 
 /// A job of a run.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Job {
+pub(crate) struct Job {
     /// The job id.
     pub id: u64,
     /// The job's name.
@@ -84,7 +84,7 @@ pub struct Job {
 
 /// A step of a job.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     /// The step's name.
     pub name: String,
     /// `queued`, `in_progress`, `completed`.
@@ -100,7 +100,7 @@ pub struct Step {
 
 /// `GET …/runs/{id}/jobs`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct JobList {
+pub(crate) struct JobList {
     /// The jobs.
     #[serde(default)]
     pub jobs: Vec<Job>,
@@ -108,7 +108,7 @@ pub struct JobList {
 
 /// An artifact of a run.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Artifact {
+pub(crate) struct Artifact {
     /// Its name.
     pub name: String,
     /// Its size.
@@ -124,7 +124,7 @@ pub struct Artifact {
 
 /// `GET …/runs/{id}/artifacts`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct ArtifactList {
+pub(crate) struct ArtifactList {
     /// The artifacts.
     #[serde(default)]
     pub artifacts: Vec<Artifact>,
@@ -132,7 +132,7 @@ pub struct ArtifactList {
 
 /// An entry of `GET …/runs/{id}/pending_deployments`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct PendingDeployment {
+pub(crate) struct PendingDeployment {
     /// The protected environment.
     pub environment: Environment,
     /// Minutes of the environment's wait timer.
@@ -145,7 +145,7 @@ pub struct PendingDeployment {
 
 /// A deployment environment.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Environment {
+pub(crate) struct Environment {
     /// Its id (what a review names).
     pub id: u64,
     /// Its name.
@@ -155,7 +155,7 @@ pub struct Environment {
 
 /// The 200 answer of a dispatch with `return_run_details: true`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct DispatchResponse {
+pub(crate) struct DispatchResponse {
     /// The run the dispatch created.
     pub workflow_run_id: u64,
     /// Its API URL.
@@ -168,7 +168,7 @@ pub struct DispatchResponse {
 
 /// Which extra reads a run needs before it can be translated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Needs {
+pub(crate) struct Needs {
     /// The run's jobs.
     pub jobs: bool,
     /// The run's artifacts.
@@ -179,7 +179,7 @@ pub struct Needs {
 
 /// What the extra reads found.
 #[derive(Debug, Clone, Default)]
-pub struct Details {
+pub(crate) struct Details {
     /// The run's jobs, when read.
     pub jobs: Option<Vec<Job>>,
     /// The run's artifacts, when read.
@@ -200,7 +200,7 @@ const SUCCEEDED: &[&str] = &["success", "neutral", "skipped"];
 /// Decides which extra calls [`translate`] needs for `run`: at most two (jobs and
 /// artifacts of a successful run), one otherwise.
 #[must_use]
-pub fn needs(run: &WorkflowRun) -> Needs {
+pub(crate) fn needs(run: &WorkflowRun) -> Needs {
     let status = run.status.as_deref().unwrap_or("");
     let conclusion = run.conclusion.as_deref().unwrap_or("");
     match status {
@@ -228,7 +228,7 @@ pub fn needs(run: &WorkflowRun) -> Needs {
 /// Translates a run (and what [`needs`] asked for) into the canonical state.
 /// `approval` is the tool's `environment_approval`, when the human step is on.
 #[must_use]
-pub fn translate(
+pub(crate) fn translate(
     run: &WorkflowRun,
     details: &Details,
     approval: Option<&ApprovalSettings>,
@@ -249,7 +249,7 @@ pub fn translate(
 
 /// Builds the snapshot of `run` in `state`, with the run's timestamps.
 #[must_use]
-pub fn snapshot(run: &WorkflowRun, state: RunState) -> Snapshot {
+pub(crate) fn snapshot(run: &WorkflowRun, state: RunState) -> Snapshot {
     let created_at = run.created_at.as_deref().and_then(parse_time);
     let updated_at = run.updated_at.as_deref().and_then(parse_time);
     let ended_at = state.is_terminal().then_some(updated_at).flatten();
@@ -264,7 +264,7 @@ pub fn snapshot(run: &WorkflowRun, state: RunState) -> Snapshot {
 
 /// Parses an RFC 3339 timestamp as GitHub writes them (`Z` or an offset).
 #[must_use]
-pub fn parse_time(text: &str) -> Option<SystemTime> {
+pub(crate) fn parse_time(text: &str) -> Option<SystemTime> {
     chrono::DateTime::parse_from_rfc3339(text)
         .ok()
         .map(SystemTime::from)
@@ -330,13 +330,13 @@ fn env_name(p: &PendingDeployment) -> &str {
 
 /// The input request key of a pending deployment to environment `id`.
 #[must_use]
-pub fn request_key(environment_id: u64) -> String {
+pub(crate) fn request_key(environment_id: u64) -> String {
     format!("environment-{environment_id}")
 }
 
 /// The environment id of an input request key made by [`request_key`].
 #[must_use]
-pub fn parse_request_key(key: &str) -> Option<u64> {
+pub(crate) fn parse_request_key(key: &str) -> Option<u64> {
     key.strip_prefix("environment-")?.parse().ok()
 }
 
@@ -369,7 +369,7 @@ fn approval_schema(settings: &ApprovalSettings) -> Value {
 /// # Errors
 ///
 /// [`EngineError::InvalidInput`] when `key` is not one this engine made.
-pub fn review_body(key: &str, response: &InputResponse) -> Result<Value, EngineError> {
+pub(crate) fn review_body(key: &str, response: &InputResponse) -> Result<Value, EngineError> {
     let environment_id = parse_request_key(key).ok_or_else(|| EngineError::InvalidInput {
         message: format!("unknown input request {key:?}"),
     })?;
@@ -576,7 +576,7 @@ fn completed(run: &WorkflowRun, details: &Details) -> RunState {
 ///
 /// [`EngineError::InvalidInput`] when the arguments are not an object, hold more
 /// than the 25 inputs GitHub accepts, or use the correlation input's name.
-pub fn dispatch_inputs(
+pub(crate) fn dispatch_inputs(
     arguments: &Value,
     correlation_input: &str,
 ) -> Result<Map<String, Value>, EngineError> {
@@ -619,7 +619,7 @@ pub fn dispatch_inputs(
 /// True when `title` (a run's `display_title` or `name`) carries `run_name` as a
 /// whole word (run names are lowercase letters, digits and `-`).
 #[must_use]
-pub fn title_mentions(title: &str, run_name: &str) -> bool {
+pub(crate) fn title_mentions(title: &str, run_name: &str) -> bool {
     !run_name.is_empty()
         && title
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
@@ -628,7 +628,10 @@ pub fn title_mentions(title: &str, run_name: &str) -> bool {
 
 /// The newest run in `runs` whose title carries `run_name`.
 #[must_use]
-pub fn find_by_run_name<'a>(runs: &'a [WorkflowRun], run_name: &str) -> Option<&'a WorkflowRun> {
+pub(crate) fn find_by_run_name<'a>(
+    runs: &'a [WorkflowRun],
+    run_name: &str,
+) -> Option<&'a WorkflowRun> {
     runs.iter().find(|r| {
         [r.display_title.as_deref(), r.name.as_deref()]
             .into_iter()

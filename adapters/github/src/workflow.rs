@@ -5,11 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::config::DEFAULT_CORRELATION_INPUT;
-
 /// A workflow file that cannot be read as a dispatchable workflow.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WorkflowError {
+pub(crate) enum WorkflowError {
     /// Not YAML, or not a mapping.
     #[error("the workflow file is not valid YAML: {0}")]
     Yaml(String),
@@ -20,7 +18,7 @@ pub enum WorkflowError {
 
 /// One declared `workflow_dispatch` input.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeclaredInput {
+pub(crate) struct DeclaredInput {
     /// `string`, `boolean`, `number`, `choice` or `environment`.
     pub kind: String,
     /// Whether the workflow requires it.
@@ -38,7 +36,7 @@ pub struct DeclaredInput {
 /// # Errors
 ///
 /// [`WorkflowError`] when the file is not YAML or has no `workflow_dispatch` trigger.
-pub fn declared_inputs(
+pub(crate) fn declared_inputs(
     workflow_yaml: &str,
 ) -> Result<BTreeMap<String, DeclaredInput>, WorkflowError> {
     let doc: Value = serde_yaml::from_str::<serde_yaml::Value>(workflow_yaml)
@@ -134,22 +132,13 @@ fn yaml_to_json(v: serde_yaml::Value) -> Value {
     }
 }
 
-/// A tool `input_schema` matching the workflow's declared `workflow_dispatch`
-/// inputs (leaving out taskgate's correlation input `taskgate_run`).
+/// Suggests a tool `input_schema` from the workflow's declared inputs,
+/// leaving out `correlation_input`.
 ///
 /// # Errors
 ///
 /// [`WorkflowError`] when the file is not YAML or has no `workflow_dispatch` trigger.
-pub fn suggest_input_schema(workflow_yaml: &str) -> Result<Value, WorkflowError> {
-    suggest_input_schema_for(workflow_yaml, DEFAULT_CORRELATION_INPUT)
-}
-
-/// As [`suggest_input_schema`], leaving out `correlation_input`.
-///
-/// # Errors
-///
-/// [`WorkflowError`] when the file is not YAML or has no `workflow_dispatch` trigger.
-pub fn suggest_input_schema_for(
+pub(crate) fn suggest_input_schema(
     workflow_yaml: &str,
     correlation_input: &str,
 ) -> Result<Value, WorkflowError> {
@@ -188,15 +177,9 @@ pub fn suggest_input_schema_for(
 
 /// Compares a tool's `input_schema` with the workflow's declared inputs (names,
 /// required, types, choice options) and returns the findings, empty when they
-/// match. `taskgate_run` (the correlation input) is expected in the workflow only.
+/// match. `correlation_input` is expected in the workflow only.
 #[must_use]
-pub fn compare_inputs(schema: &Value, workflow_yaml: &str) -> Vec<String> {
-    compare_inputs_for(schema, workflow_yaml, DEFAULT_CORRELATION_INPUT)
-}
-
-/// As [`compare_inputs`], with another correlation input name.
-#[must_use]
-pub fn compare_inputs_for(
+pub(crate) fn compare_inputs(
     schema: &Value,
     workflow_yaml: &str,
     correlation_input: &str,
@@ -283,6 +266,7 @@ pub fn compare_inputs_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_CORRELATION_INPUT;
 
     const WORKFLOW: &str = r#"
 name: Deploy
@@ -316,6 +300,21 @@ jobs:
       - run: echo hi
 "#;
 
+    /// The schema suggested for the GitHub double's workflow declares exactly
+    /// the inputs that workflow declares.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn the_doubles_workflow_matches_its_suggested_schema() {
+        let schema = crate::testing::suggested_input_schema();
+        assert_eq!(schema["required"], json!(["version"]));
+        assert!(compare_inputs(
+            &schema,
+            crate::testing::WORKFLOW_YAML,
+            DEFAULT_CORRELATION_INPUT
+        )
+        .is_empty());
+    }
+
     #[test]
     fn inputs_are_read_in_every_trigger_form() {
         let d = declared_inputs(WORKFLOW).unwrap();
@@ -341,7 +340,7 @@ jobs:
 
     #[test]
     fn a_schema_is_suggested() {
-        let s = suggest_input_schema(WORKFLOW).unwrap();
+        let s = suggest_input_schema(WORKFLOW, DEFAULT_CORRELATION_INPUT).unwrap();
         assert_eq!(s["required"], json!(["environment", "version"]));
         assert_eq!(
             s["properties"]["environment"]["enum"],
@@ -351,7 +350,10 @@ jobs:
         assert_eq!(s["properties"]["replicas"]["type"], "number");
         assert!(s["properties"].get("taskgate_run").is_none());
         // The suggestion matches its own workflow.
-        assert_eq!(compare_inputs(&s, WORKFLOW), Vec::<String>::new());
+        assert_eq!(
+            compare_inputs(&s, WORKFLOW, DEFAULT_CORRELATION_INPUT),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -365,7 +367,7 @@ jobs:
                 "extra": {"type": "string"},
             }
         });
-        let findings = compare_inputs(&schema, WORKFLOW);
+        let findings = compare_inputs(&schema, WORKFLOW, DEFAULT_CORRELATION_INPUT);
         let all = findings.join("\n");
         assert!(
             all.contains("\"extra\" is not a workflow_dispatch input"),
@@ -383,7 +385,7 @@ jobs:
         );
         assert_eq!(findings.len(), 5, "{all}");
         assert_eq!(
-            compare_inputs(&schema, "on: push"),
+            compare_inputs(&schema, "on: push", DEFAULT_CORRELATION_INPUT),
             vec!["the workflow has no workflow_dispatch trigger".to_owned()]
         );
     }

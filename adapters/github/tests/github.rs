@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use double::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW, WORKFLOW_YAML};
+use double::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
 use serde_json::{json, Value};
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
@@ -581,9 +581,9 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
         "{err:?}"
     );
     // The suggested schema matches the workflow the double serves.
-    let schema = taskgate_github::suggest_input_schema(WORKFLOW_YAML).unwrap();
+    // (That it matches the workflow's inputs is a unit test of the crate.)
+    let schema = double::suggested_input_schema();
     assert_eq!(schema["required"], json!(["version"]));
-    assert!(taskgate_github::compare_inputs(&schema, WORKFLOW_YAML).is_empty());
     let p = engine(&d)
         .await
         .bind(&ToolDecl {

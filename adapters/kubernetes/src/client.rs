@@ -21,25 +21,25 @@ use taskgate_engine::{ConfigError, EngineError};
 use crate::config::EngineSettings;
 
 /// How long to wait for a TCP/TLS connection to the API server.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a response may stay silent (a watch is bounded by its own timeout,
 /// always shorter).
-pub const READ_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(300);
 /// The field manager named on every write.
-pub const FIELD_MANAGER: &str = "taskgate";
+pub(crate) const FIELD_MANAGER: &str = "taskgate";
 
 /// What a create answered.
 #[derive(Debug, Clone)]
-pub enum Created {
+pub(crate) enum Created {
     /// The Job was created (or, with a dry run, would be).
-    Job(Box<Job>),
+    Job,
     /// A Job of that name exists already.
     AlreadyExists,
 }
 
 /// A client for the Jobs and pods of one namespace.
 #[derive(Clone)]
-pub struct KubeClient {
+pub(crate) struct KubeClient {
     client: kube::Client,
     namespace: String,
 }
@@ -128,7 +128,7 @@ impl KubeClient {
             field_manager: Some(FIELD_MANAGER.into()),
         };
         match self.jobs().create(&params, job).await {
-            Ok(job) => Ok(Created::Job(Box::new(job))),
+            Ok(_) => Ok(Created::Job),
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
             {
@@ -299,7 +299,7 @@ fn context_key(settings: &EngineSettings) -> &'static str {
 /// 429 → throttled (with the server's retry-after); 5xx, 410 and transport
 /// trouble → unavailable; the rest → internal.
 #[must_use]
-pub fn map_error(action: &str, error: kube::Error) -> EngineError {
+pub(crate) fn map_error(action: &str, error: kube::Error) -> EngineError {
     match error {
         kube::Error::Api(status) => map_status(action, &status),
         e @ (kube::Error::HyperError(_)
@@ -319,7 +319,7 @@ pub fn map_error(action: &str, error: kube::Error) -> EngineError {
 
 /// Maps an API server `Status` (see [`map_error`]).
 #[must_use]
-pub fn map_status(action: &str, status: &Status) -> EngineError {
+fn map_status(action: &str, status: &Status) -> EngineError {
     let message = if status.message.is_empty() {
         status.reason.clone()
     } else {

@@ -40,7 +40,7 @@ impl EngineSettings {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed by the offending setting.
-    pub fn from_value(settings: Value) -> Result<Self, ConfigError> {
+    pub(crate) fn from_value(settings: Value) -> Result<Self, ConfigError> {
         let settings: Self = from_value(settings)?;
         if let Some(ns) = &settings.namespace {
             check_dns_label(ns).map_err(|m| ConfigError::new("namespace", m))?;
@@ -130,15 +130,15 @@ pub enum CancelMode {
 }
 
 /// The default environment variable of the arguments as JSON.
-pub const DEFAULT_ARGS_JSON_ENV: &str = "TASKGATE_ARGUMENTS";
+pub(crate) const DEFAULT_ARGS_JSON_ENV: &str = "TASKGATE_ARGUMENTS";
 /// Log lines in a result when the tool does not say.
-pub const DEFAULT_LOG_LINES: u32 = 20;
+pub(crate) const DEFAULT_LOG_LINES: u32 = 20;
 /// The most log lines a tool may ask for.
-pub const MAX_LOG_LINES: u32 = 1000;
+pub(crate) const MAX_LOG_LINES: u32 = 1000;
 
 /// A validated target: the parsed Job template and the resolved options.
 #[derive(Debug, Clone)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// The Job template as parsed (not yet rendered).
     pub template: Job,
     /// The container receiving the arguments.
@@ -157,7 +157,7 @@ pub struct Bound {
 
 /// An approval gate with its schema resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApprovalGate {
+pub(crate) struct ApprovalGate {
     /// The question.
     pub message: String,
     /// The answer's JSON Schema.
@@ -172,7 +172,7 @@ impl ToolTarget {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed relative to the tool (`target.template`, …).
-    pub fn validate(&self, namespace: &str) -> Result<Bound, ConfigError> {
+    pub(crate) fn validate(&self, namespace: &str) -> Result<Bound, ConfigError> {
         let (key, value) = match (&self.template_file, &self.template) {
             (Some(_), Some(_)) | (None, None) => {
                 return Err(ConfigError::new(
@@ -341,7 +341,7 @@ fn is_env_name(name: &str) -> bool {
 /// # Errors
 ///
 /// What is wrong with `name`.
-pub fn check_dns_label(name: &str) -> Result<(), String> {
+pub(crate) fn check_dns_label(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name

@@ -22,26 +22,22 @@ use taskgate_engine::{
     NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-pub use client::{
-    map_error, map_status, Created, KubeClient, CONNECT_TIMEOUT, FIELD_MANAGER, READ_TIMEOUT,
-};
-pub use config::{
-    check_dns_label, Approval, ApprovalGate, Bound, CancelMode, EngineSettings, InlineTemplate,
-    ToolTarget, DEFAULT_ARGS_JSON_ENV, DEFAULT_LOG_LINES, MAX_LOG_LINES,
-};
-pub use translate::{
-    annotation, approval_request, argument_env, canonical, condition, counts_message,
-    finished_output, label, label_value, missing_permissions, permission_name, phase, render_job,
+pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
+
+use client::{Created, KubeClient};
+use config::{check_dns_label, Bound};
+use translate::{
+    canonical, label, label_value, missing_permissions, permission_name, phase, render_job,
     result_pod, same_job, snapshot, terminated, Phase, PodOutcome, ANN_APPROVAL,
-    ANN_APPROVAL_ANSWER, ANN_CANCELLED, ANN_SPEC_HASH, APPROVAL_ACCEPTED, APPROVAL_KEY,
-    APPROVAL_PENDING, LABEL_CALLER, LABEL_RUN, LABEL_TOOL, LOG_LIMIT_BYTES, REQUIRED_PERMISSIONS,
+    ANN_APPROVAL_ANSWER, ANN_CANCELLED, APPROVAL_ACCEPTED, APPROVAL_KEY, LABEL_TOOL,
+    LOG_LIMIT_BYTES, REQUIRED_PERMISSIONS,
 };
 
 /// The engine kind written in `[engines.NAME]`.
 pub const KIND: &str = "kubernetes";
 
 /// The largest approval answer (as JSON) kept on the Job.
-pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 * 1024;
 
 /// Builds a Kubernetes engine from its settings (the `[engines.NAME]` table
 /// without `kind` and `call_timeout`). Reads the kubeconfig (or the in-cluster
@@ -54,7 +50,7 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings = EngineSettings::from_value(settings)?;
     choose_tls_backend();
     let client = KubeClient::new(&settings).await?;
-    Ok(Arc::new(Kubernetes { client }))
+    Ok(Arc::new(KubernetesEngine { client }))
 }
 
 /// Chooses rustls' ring backend for the process unless one was chosen already.
@@ -65,14 +61,15 @@ pub fn choose_tls_backend() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// A configured Kubernetes engine: one API server, one namespace.
+/// A configured Kubernetes engine: one API server, one namespace. Built by
+/// [`build`].
 #[derive(Debug)]
-pub struct Kubernetes {
+pub struct KubernetesEngine {
     client: KubeClient,
 }
 
 #[async_trait]
-impl Engine for Kubernetes {
+impl Engine for KubernetesEngine {
     fn kind(&self) -> &'static str {
         KIND
     }
@@ -80,7 +77,7 @@ impl Engine for Kubernetes {
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
         let target: ToolTarget = tool.target()?;
         let bound = target.validate(self.client.namespace())?;
-        Ok(Arc::new(JobPipeline {
+        Ok(Arc::new(KubernetesPipeline {
             client: self.client.clone(),
             tool: tool.name.clone(),
             tool_label: label_value(&tool.name),
@@ -121,9 +118,10 @@ impl Engine for Kubernetes {
     }
 }
 
-/// A tool bound to a Job template.
+/// A tool bound to a Job template. Made by [`KubernetesEngine`]'s
+/// [`Engine::bind`].
 #[derive(Debug)]
-struct JobPipeline {
+pub struct KubernetesPipeline {
     client: KubeClient,
     tool: String,
     tool_label: String,
@@ -131,7 +129,7 @@ struct JobPipeline {
     bound: Bound,
 }
 
-impl JobPipeline {
+impl KubernetesPipeline {
     /// Reads the Job named `run` when it is one of this tool's; anything else
     /// reads as not found (a malformed name without asking upstream).
     async fn own_job(&self, run: &str) -> Result<Job, EngineError> {
@@ -219,7 +217,7 @@ impl JobPipeline {
 }
 
 #[async_trait]
-impl Pipeline for JobPipeline {
+impl Pipeline for KubernetesPipeline {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             cancel: true,
@@ -243,7 +241,7 @@ impl Pipeline for JobPipeline {
         );
         for _ in 0..2 {
             match self.client.create_job(&job, false).await? {
-                Created::Job(_) => {
+                Created::Job => {
                     tracing::info!(tool = %self.tool, run_name = %request.run_name, "job created");
                     return Ok(request.run_name);
                 }

@@ -19,32 +19,32 @@ use taskgate_engine::{
 use crate::config::{ApprovalGate, Bound};
 
 /// Label: the tool that started the Job.
-pub const LABEL_TOOL: &str = "taskgate.io/tool";
+pub(crate) const LABEL_TOOL: &str = "taskgate.io/tool";
 /// Label: the caller's tag (a hash, never the identity).
-pub const LABEL_CALLER: &str = "taskgate.io/caller";
+pub(crate) const LABEL_CALLER: &str = "taskgate.io/caller";
 /// Label: the run name (equal to the Job name).
-pub const LABEL_RUN: &str = "taskgate.io/run";
+pub(crate) const LABEL_RUN: &str = "taskgate.io/run";
 /// Annotation: the hash of the rendered Job spec, compared on a retried start.
-pub const ANN_SPEC_HASH: &str = "taskgate.io/spec-hash";
+pub(crate) const ANN_SPEC_HASH: &str = "taskgate.io/spec-hash";
 /// Annotation: `pending` while an approval gate waits, `accepted` once resumed.
-pub const ANN_APPROVAL: &str = "taskgate.io/approval";
+pub(crate) const ANN_APPROVAL: &str = "taskgate.io/approval";
 /// Annotation (Job and pod template): the approval's answer as JSON.
-pub const ANN_APPROVAL_ANSWER: &str = "taskgate.io/approval-answer";
+pub(crate) const ANN_APPROVAL_ANSWER: &str = "taskgate.io/approval-answer";
 /// Annotation: set to `true` by a cancel that suspends the Job.
-pub const ANN_CANCELLED: &str = "taskgate.io/cancelled";
+pub(crate) const ANN_CANCELLED: &str = "taskgate.io/cancelled";
 /// The input request key of an approval gate.
-pub const APPROVAL_KEY: &str = "approval";
+pub(crate) const APPROVAL_KEY: &str = "approval";
 /// The approval annotation's value while waiting.
-pub const APPROVAL_PENDING: &str = "pending";
+pub(crate) const APPROVAL_PENDING: &str = "pending";
 /// The approval annotation's value once accepted.
-pub const APPROVAL_ACCEPTED: &str = "accepted";
+pub(crate) const APPROVAL_ACCEPTED: &str = "accepted";
 /// The most bytes of log a result carries.
-pub const LOG_LIMIT_BYTES: i64 = 16 * 1024;
+pub(crate) const LOG_LIMIT_BYTES: i64 = 16 * 1024;
 
 /// A label-safe form of `value`: itself when it is a valid label value, else a
 /// hash of it (`h-<16 hex>`).
 #[must_use]
-pub fn label_value(value: &str) -> String {
+pub(crate) fn label_value(value: &str) -> String {
     let valid = value.len() <= 63
         && value
             .chars()
@@ -67,7 +67,7 @@ pub fn label_value(value: &str) -> String {
 /// `value` with every object's keys sorted (so equal arguments render equally
 /// whatever order the client sent them in).
 #[must_use]
-pub fn canonical(value: &Value) -> Value {
+pub(crate) fn canonical(value: &Value) -> Value {
     match value {
         Value::Object(map) => {
             let sorted: BTreeMap<&String, Value> =
@@ -81,7 +81,7 @@ pub fn canonical(value: &Value) -> Value {
 
 /// The environment variables that carry `arguments` into the container.
 #[must_use]
-pub fn argument_env(bound: &Bound, arguments: &Value) -> Vec<EnvVar> {
+pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Vec<EnvVar> {
     let arguments = canonical(arguments);
     let mut env = Vec::new();
     if let (Some(prefix), Value::Object(map)) = (&bound.args_env_prefix, &arguments) {
@@ -124,7 +124,7 @@ pub fn argument_env(bound: &Bound, arguments: &Value) -> Vec<EnvVar> {
 /// labels, arguments (environment of the chosen container), suspension (approval
 /// gate) and TTL set, and the spec hash annotated.
 #[must_use]
-pub fn render_job(
+pub(crate) fn render_job(
     bound: &Bound,
     tool: &str,
     namespace: &str,
@@ -177,7 +177,7 @@ pub fn render_job(
 
 /// The value of annotation `key` of `job`.
 #[must_use]
-pub fn annotation<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
+pub(crate) fn annotation<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
     job.metadata
         .annotations
         .as_ref()
@@ -187,7 +187,7 @@ pub fn annotation<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
 
 /// The value of label `key` of `job`.
 #[must_use]
-pub fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
     job.metadata
         .labels
         .as_ref()
@@ -198,7 +198,7 @@ pub fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
 /// True when `existing` (found under the name of a start) is the Job that
 /// `rendered` would be: same tool and same spec hash.
 #[must_use]
-pub fn same_job(existing: &Job, rendered: &Job) -> bool {
+pub(crate) fn same_job(existing: &Job, rendered: &Job) -> bool {
     label(existing, LABEL_TOOL) == label(rendered, LABEL_TOOL)
         && annotation(existing, ANN_SPEC_HASH).is_some()
         && annotation(existing, ANN_SPEC_HASH) == annotation(rendered, ANN_SPEC_HASH)
@@ -206,7 +206,7 @@ pub fn same_job(existing: &Job, rendered: &Job) -> bool {
 
 /// The condition of `type_` when its status is `True`.
 #[must_use]
-pub fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
+pub(crate) fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
     job.status
         .as_ref()?
         .conditions
@@ -217,7 +217,7 @@ pub fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
 
 /// Where a Job stands, from the Job object alone.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// `Complete` is true.
     Succeeded,
     /// `Failed` is true.
@@ -255,7 +255,7 @@ fn count(value: Option<i32>) -> i32 {
 
 /// "2/5 completions, 3 active" (and ", 1 failed", ", 1 terminating").
 #[must_use]
-pub fn counts_message(job: &Job) -> String {
+pub(crate) fn counts_message(job: &Job) -> String {
     let status = job.status.clone().unwrap_or_default();
     let succeeded = count(status.succeeded);
     let active = count(status.active);
@@ -277,7 +277,7 @@ pub fn counts_message(job: &Job) -> String {
 /// Translates the Job object alone (conditions, counts, suspension, taskgate's
 /// annotations) into a [`Phase`].
 #[must_use]
-pub fn phase(job: &Job) -> Phase {
+pub(crate) fn phase(job: &Job) -> Phase {
     if condition(job, "Complete").is_some() {
         return Phase::Succeeded;
     }
@@ -330,7 +330,7 @@ pub fn phase(job: &Job) -> Phase {
 
 /// The input request of an approval gate.
 #[must_use]
-pub fn approval_request(gate: &ApprovalGate) -> BTreeMap<String, InputRequest> {
+pub(crate) fn approval_request(gate: &ApprovalGate) -> BTreeMap<String, InputRequest> {
     BTreeMap::from([(
         APPROVAL_KEY.to_owned(),
         InputRequest {
@@ -344,7 +344,7 @@ pub fn approval_request(gate: &ApprovalGate) -> BTreeMap<String, InputRequest> {
 /// (`Succeeded` / `Failed`), the one whose `container` finished last; else any pod
 /// whose container terminated; else the newest pod.
 #[must_use]
-pub fn result_pod<'a>(pods: &'a [Pod], succeeded: bool, container: &str) -> Option<&'a Pod> {
+pub(crate) fn result_pod<'a>(pods: &'a [Pod], succeeded: bool, container: &str) -> Option<&'a Pod> {
     let wanted = if succeeded { "Succeeded" } else { "Failed" };
     let finished = |p: &&Pod| {
         terminated(p, container)
@@ -368,7 +368,10 @@ pub fn result_pod<'a>(pods: &'a [Pod], succeeded: bool, container: &str) -> Opti
 
 /// The terminated state of `container` in `pod` (the last one, if it restarted).
 #[must_use]
-pub fn terminated<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStateTerminated> {
+pub(crate) fn terminated<'a>(
+    pod: &'a Pod,
+    container: &str,
+) -> Option<&'a ContainerStateTerminated> {
     let status = pod
         .status
         .as_ref()?
@@ -386,7 +389,7 @@ pub fn terminated<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStat
 /// What a finished Job's pod says: its name, the container's termination, and
 /// the tail of its log.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodOutcome {
+pub(crate) struct PodOutcome {
     /// The pod's name.
     pub pod: String,
     /// The container.
@@ -419,7 +422,11 @@ fn log_block(outcome: &PodOutcome) -> Option<String> {
 /// the log tail. Failure: a tool error with the condition's reason and message,
 /// the container's exit code and termination message, and the log tail.
 #[must_use]
-pub fn finished_output(job: &Job, phase: &Phase, outcome: Option<&PodOutcome>) -> ToolOutput {
+pub(crate) fn finished_output(
+    job: &Job,
+    phase: &Phase,
+    outcome: Option<&PodOutcome>,
+) -> ToolOutput {
     let name = job.metadata.name.as_deref().unwrap_or("?");
     let message = outcome
         .and_then(|o| o.terminated.as_ref())
@@ -476,7 +483,7 @@ fn system_time(t: &Time) -> SystemTime {
 /// The snapshot of a Job: its state (from [`phase`], with the pod outcome for a
 /// finished Job) and its times.
 #[must_use]
-pub fn snapshot(
+pub(crate) fn snapshot(
     job: &Job,
     approval: Option<&ApprovalGate>,
     outcome: Option<&PodOutcome>,
@@ -531,7 +538,7 @@ pub fn snapshot(
 
 /// The API permissions the engine needs in its namespace: (verb, API group,
 /// resource), as `deploy/rbac.yaml` grants them.
-pub const REQUIRED_PERMISSIONS: &[(&str, &str, &str)] = &[
+pub(crate) const REQUIRED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("create", "batch", "jobs"),
     ("get", "batch", "jobs"),
     ("list", "batch", "jobs"),
@@ -545,7 +552,7 @@ pub const REQUIRED_PERMISSIONS: &[(&str, &str, &str)] = &[
 
 /// The name of a permission as Kubernetes writes it: `create jobs.batch`, `get pods/log`.
 #[must_use]
-pub fn permission_name(verb: &str, group: &str, resource: &str) -> String {
+pub(crate) fn permission_name(verb: &str, group: &str, resource: &str) -> String {
     if group.is_empty() {
         format!("{verb} {resource}")
     } else {
@@ -556,7 +563,7 @@ pub fn permission_name(verb: &str, group: &str, resource: &str) -> String {
 /// The required permissions (named by [`permission_name`]) that the rules of a
 /// SelfSubjectRulesReview do not grant.
 #[must_use]
-pub fn missing_permissions(rules: &[ResourceRule]) -> Vec<String> {
+pub(crate) fn missing_permissions(rules: &[ResourceRule]) -> Vec<String> {
     let has = |list: &Option<Vec<String>>, want: &str| {
         list.as_ref()
             .is_some_and(|l| l.iter().any(|x| x == "*" || x == want))

@@ -20,16 +20,16 @@ use crate::translate::{
 };
 
 /// How long to wait for a TCP/TLS connection to Step Functions.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one attempt of a call may take.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a call may take with its retries (the server's deadline layer may be
 /// shorter).
-pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(25);
+pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(25);
 /// Attempts per call (the first plus one retry): the client retries, not the SDK.
 pub const MAX_ATTEMPTS: u32 = 2;
 /// How many history events a read looks at (one page, newest first).
-pub const HISTORY_PAGE: i32 = 20;
+pub(crate) const HISTORY_PAGE: i32 = 20;
 
 /// Extra wiring for the SDK client: a custom HTTP client or interceptors (used by
 /// tests to inject faults, and available to embedders).
@@ -43,7 +43,7 @@ pub struct ClientOptions {
 
 /// What StartExecution answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Started {
+pub(crate) enum Started {
     /// The execution started (or was already running with the same name and input).
     Execution(String),
     /// An execution of that name exists (finished, or running with other input).
@@ -52,7 +52,7 @@ pub enum Started {
 
 /// The part of DescribeStateMachine taskgate checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateMachineInfo {
+pub(crate) struct StateMachineInfo {
     /// True for Express state machines.
     pub express: bool,
     /// The Amazon States Language definition.
@@ -61,7 +61,7 @@ pub struct StateMachineInfo {
 
 /// A Step Functions client.
 #[derive(Debug, Clone)]
-pub struct SfnClient {
+pub(crate) struct SfnClient {
     inner: aws_sdk_sfn::Client,
 }
 
@@ -342,7 +342,7 @@ const ACCESS_CODES: &[&str] = &[
 ];
 
 /// How long to wait after a throttle when Step Functions does not say.
-pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Maps an SDK error of the call authorized by IAM `action` to an [`EngineError`].
 ///
@@ -352,7 +352,7 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// [`EngineError::Conflict`]; a refused input is [`EngineError::InvalidInput`];
 /// server errors, timeouts and connection failures are
 /// [`EngineError::Unavailable`].
-pub fn map_error<E>(action: &'static str, err: SdkError<E, HttpResponse>) -> EngineError
+pub(crate) fn map_error<E>(action: &'static str, err: SdkError<E, HttpResponse>) -> EngineError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

@@ -45,7 +45,7 @@ impl EngineSettings {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed by the offending setting.
-    pub fn from_value(settings: Value) -> Result<Self, ConfigError> {
+    pub(crate) fn from_value(settings: Value) -> Result<Self, ConfigError> {
         let settings: Self = taskgate_engine::from_value(settings)?;
         settings.validate()?;
         Ok(settings)
@@ -56,7 +56,7 @@ impl EngineSettings {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed by the offending setting.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !is_region(&self.region) {
             return Err(ConfigError::new(
                 "region",
@@ -194,7 +194,7 @@ fn empty_object_schema() -> Value {
 /// A parsed state machine ARN:
 /// `arn:PARTITION:states:REGION:ACCOUNT:stateMachine:NAME[:QUALIFIER]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateMachineArn {
+pub(crate) struct StateMachineArn {
     /// `aws`, `aws-cn`, `aws-us-gov`, …
     pub partition: String,
     /// The region.
@@ -293,7 +293,7 @@ impl ToolTarget {
     /// # Errors
     ///
     /// A [`ConfigError`] keyed relative to the tool (`target.…`).
-    pub fn validate(&self, region: &str) -> Result<StateMachineArn, ConfigError> {
+    pub(crate) fn validate(&self, region: &str) -> Result<StateMachineArn, ConfigError> {
         let arn = StateMachineArn::parse(&self.state_machine_arn)
             .map_err(|m| ConfigError::new("target.state_machine_arn", m))?;
         if arn.region != region {

@@ -19,22 +19,21 @@ use taskgate_engine::{
     NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-pub use client::{
-    map_error, ClientOptions, SfnClient, Started, StateMachineInfo, ATTEMPT_TIMEOUT,
-    CONNECT_TIMEOUT, DEFAULT_RETRY_AFTER, HISTORY_PAGE, MAX_ATTEMPTS, OPERATION_TIMEOUT,
-};
-pub use config::{EngineSettings, HumanStep, StateMachineArn, ToolTarget};
-pub use translate::{
-    current_state, epoch_seconds, execution_input, find_token, parse_request_key,
-    pending_human_task, request_key, run_state, same_input, snapshot, Execution, HistoryEvent,
-    HistoryPage, PendingHumanTask, StateDetails, TaskScheduled, TaskToken, DECLINED_ERROR,
+pub use client::{ClientOptions, MAX_ATTEMPTS};
+pub use config::{EngineSettings, HumanStep, ToolTarget};
+pub use translate::DECLINED_ERROR;
+
+use client::{SfnClient, Started};
+use config::StateMachineArn;
+use translate::{
+    execution_input, find_token, parse_request_key, pending_human_task, same_input, snapshot,
 };
 
 /// The engine kind written in `[engines.NAME]`.
 pub const KIND: &str = "stepfunctions";
 
 /// How long Step Functions keeps a Standard execution after it ends.
-pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+pub(crate) const RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
 
 /// Builds a Step Functions engine from its settings (the `[engines.NAME]` table
 /// without `kind` and `call_timeout`). Makes no upstream call.
@@ -58,18 +57,19 @@ pub async fn build_with(
 ) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings = EngineSettings::from_value(settings)?;
     let client = SfnClient::new(&settings, options).await;
-    Ok(Arc::new(StepFunctions { settings, client }))
+    Ok(Arc::new(StepFunctionsEngine { settings, client }))
 }
 
-/// A configured Step Functions engine.
+/// A configured Step Functions engine: one region, one set of credentials.
+/// Built by [`build`] or [`build_with`].
 #[derive(Debug)]
-pub struct StepFunctions {
+pub struct StepFunctionsEngine {
     settings: EngineSettings,
     client: SfnClient,
 }
 
 #[async_trait]
-impl Engine for StepFunctions {
+impl Engine for StepFunctionsEngine {
     fn kind(&self) -> &'static str {
         KIND
     }
@@ -77,7 +77,7 @@ impl Engine for StepFunctions {
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
         let target: ToolTarget = tool.target()?;
         let arn = target.validate(&self.settings.region)?;
-        Ok(Arc::new(SfnPipeline {
+        Ok(Arc::new(StepFunctionsPipeline {
             client: self.client.clone(),
             target,
             arn,
@@ -93,15 +93,16 @@ impl Engine for StepFunctions {
     }
 }
 
-/// A tool bound to a state machine.
+/// A tool bound to a state machine. Made by [`StepFunctionsEngine`]'s
+/// [`Engine::bind`].
 #[derive(Debug)]
-struct SfnPipeline {
+pub struct StepFunctionsPipeline {
     client: SfnClient,
     target: ToolTarget,
     arn: StateMachineArn,
 }
 
-impl SfnPipeline {
+impl StepFunctionsPipeline {
     /// The execution ARN, when `run` is an execution of this tool's state machine;
     /// anything else reads as not found.
     fn own<'a>(&self, run: &'a NativeRef) -> Result<&'a str, EngineError> {
@@ -116,7 +117,7 @@ impl SfnPipeline {
 }
 
 #[async_trait]
-impl Pipeline for SfnPipeline {
+impl Pipeline for StepFunctionsPipeline {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             cancel: true,

@@ -21,7 +21,7 @@ pub const DECLINED_ERROR: &str = "taskgate.Declined";
 /// The part of a DescribeExecution answer taskgate reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Execution {
+pub(crate) struct Execution {
     /// RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED or PENDING_REDRIVE.
     pub status: String,
     /// The execution input (JSON text), when included.
@@ -47,7 +47,7 @@ pub struct Execution {
 /// One page of GetExecutionHistory.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryPage {
+pub(crate) struct HistoryPage {
     /// The events of the page (newest first when asked with `reverseOrder`).
     #[serde(default)]
     pub events: Vec<HistoryEvent>,
@@ -59,7 +59,7 @@ pub struct HistoryPage {
 /// One history event (only the fields taskgate reads).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryEvent {
+pub(crate) struct HistoryEvent {
     /// The event id (ascending over the execution's life).
     pub id: i64,
     /// The event this one follows from (0 when none).
@@ -84,7 +84,7 @@ pub struct HistoryEvent {
 
 /// The state named by a state entered/exited event.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct StateDetails {
+pub(crate) struct StateDetails {
     /// The state's name.
     pub name: String,
 }
@@ -92,7 +92,7 @@ pub struct StateDetails {
 /// Details of a `TaskScheduled` event. Its parameters hold the task token of a
 /// `.waitForTaskToken` task, so they are never shown by `Debug`.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct TaskScheduled {
+pub(crate) struct TaskScheduled {
     /// The resolved `Parameters` of the task (JSON text).
     #[serde(default)]
     pub parameters: String,
@@ -112,7 +112,7 @@ impl std::fmt::Debug for TaskScheduled {
 
 /// A task token: a bearer secret for the waiting task. `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct TaskToken(pub String);
+pub(crate) struct TaskToken(pub String);
 
 impl std::fmt::Debug for TaskToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,7 +122,7 @@ impl std::fmt::Debug for TaskToken {
 
 /// A `.waitForTaskToken` task of the human step that is waiting now.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PendingHumanTask {
+pub(crate) struct PendingHumanTask {
     /// The input request key: `STATE#SCHEDULED_EVENT_ID` (unique for the run's
     /// life, even when a loop enters the state again).
     pub key: String,
@@ -135,13 +135,13 @@ pub struct PendingHumanTask {
 /// The input request key of a human step waiting in `state`, scheduled by event
 /// `scheduled_id`.
 #[must_use]
-pub fn request_key(state: &str, scheduled_id: i64) -> String {
+pub(crate) fn request_key(state: &str, scheduled_id: i64) -> String {
     format!("{state}#{scheduled_id}")
 }
 
 /// Splits an input request key made by [`request_key`].
 #[must_use]
-pub fn parse_request_key(key: &str) -> Option<(&str, i64)> {
+pub(crate) fn parse_request_key(key: &str) -> Option<(&str, i64)> {
     let (state, id) = key.rsplit_once('#')?;
     Some((state, id.parse().ok()?))
 }
@@ -192,7 +192,7 @@ fn open_states<'a>(events: &[&'a HistoryEvent]) -> Vec<(&'a str, i64)> {
 /// The state the execution is in now (the most recently entered state not yet
 /// exited), when the page shows it.
 #[must_use]
-pub fn current_state(page: &HistoryPage) -> Option<String> {
+pub(crate) fn current_state(page: &HistoryPage) -> Option<String> {
     let events = newest_events(page)?;
     open_states(&events).last().map(|(n, _)| (*n).to_owned())
 }
@@ -200,7 +200,7 @@ pub fn current_state(page: &HistoryPage) -> Option<String> {
 /// The human step's task when it waits for its token now: the state `state` was
 /// entered and not exited, its task was scheduled, and no event ended that task.
 #[must_use]
-pub fn pending_human_task(page: &HistoryPage, state: &str) -> Option<PendingHumanTask> {
+pub(crate) fn pending_human_task(page: &HistoryPage, state: &str) -> Option<PendingHumanTask> {
     let events = newest_events(page)?;
     let (_, entered_id) = open_states(&events)
         .into_iter()
@@ -258,7 +258,7 @@ pub fn pending_human_task(page: &HistoryPage, state: &str) -> Option<PendingHuma
 /// Finds the task token in a `TaskScheduled` event's resolved parameters: at
 /// `pointer` when given, else in the first field named like a token.
 #[must_use]
-pub fn find_token(parameters: &str, pointer: Option<&str>) -> Option<TaskToken> {
+pub(crate) fn find_token(parameters: &str, pointer: Option<&str>) -> Option<TaskToken> {
     let value: Value = serde_json::from_str(parameters).ok()?;
     match pointer {
         Some(pointer) => at_pointer(&value, pointer).map(TaskToken),
@@ -334,14 +334,14 @@ fn search_token(value: &Value, depth: usize) -> Option<String> {
 
 /// Seconds since the epoch as a time.
 #[must_use]
-pub fn epoch_seconds(seconds: f64) -> Option<SystemTime> {
+pub(crate) fn epoch_seconds(seconds: f64) -> Option<SystemTime> {
     (seconds.is_finite() && seconds >= 0.0).then(|| UNIX_EPOCH + Duration::from_secs_f64(seconds))
 }
 
 /// True when two execution inputs (JSON text) are the same JSON value (Step
 /// Functions may reformat the text).
 #[must_use]
-pub fn same_input(a: &str, b: &str) -> bool {
+pub(crate) fn same_input(a: &str, b: &str) -> bool {
     match (
         serde_json::from_str::<Value>(a),
         serde_json::from_str::<Value>(b),
@@ -354,7 +354,7 @@ pub fn same_input(a: &str, b: &str) -> bool {
 /// Builds the execution input from the tool arguments: as they are, or wrapped
 /// under `input_key`.
 #[must_use]
-pub fn execution_input(arguments: &Value, input_key: Option<&str>) -> String {
+pub(crate) fn execution_input(arguments: &Value, input_key: Option<&str>) -> String {
     match input_key {
         Some(key) => {
             let mut map = Map::new();
@@ -368,7 +368,7 @@ pub fn execution_input(arguments: &Value, input_key: Option<&str>) -> String {
 /// Translates one DescribeExecution (plus, for a running execution, the newest
 /// history page when it was read) into a snapshot.
 #[must_use]
-pub fn snapshot(
+pub(crate) fn snapshot(
     execution: &Execution,
     history: Option<&HistoryPage>,
     human: Option<&HumanStep>,
@@ -396,7 +396,7 @@ pub fn snapshot(
 
 /// Translates the execution's status into a run state.
 #[must_use]
-pub fn run_state(
+pub(crate) fn run_state(
     execution: &Execution,
     history: Option<&HistoryPage>,
     human: Option<&HumanStep>,

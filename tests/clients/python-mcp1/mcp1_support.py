@@ -1,5 +1,5 @@
 """Helpers of the mcp 1.30 client tests: a temporary taskgate config whose
-tools are the scripts in tests/dialect-tools/, the built binary (TASKGATE_BIN,
+tools are the scripts in tests/tools/, the built binary (TASKGATE_BIN,
 default target/debug/taskgate) on stdio or on a loopback HTTP port, and a
 connected ClientSession whose elicitation callback records and approves.
 
@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamablehttp_client
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = (REPO / os.environ.get("TASKGATE_BIN", "target/debug/taskgate")).resolve()
-TOOLS = REPO / "tests" / "dialect-tools"
+TOOLS = REPO / "tests" / "tools"
 KEY_VAR = "TASKGATE_PY1_TEST_KEY"
 KEY = "python-mcp1-test-key-0123456789abcdef-0123456789"
 LIMIT = 30.0
@@ -45,19 +45,20 @@ class Setup:
             'steps = { type = "integer" } } }'
         )
 
-        def tool(name: str, mode: str, script: str, input_schema: str) -> str:
+        def tool(name: str, mode: str, script: str, input_schema: str, args: tuple[str, ...] = ()) -> str:
+            command = json.dumps([str(TOOLS / script), *args])
             return (
                 f'[[tools]]\nname = "{name}"\ndescription = "test tool {name}"\nengine = "local"\n'
                 f'mode = "{mode}"\npoll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = {input_schema}\n'
-                f"target = {{ command = [{json.dumps(str(TOOLS / script))}] }}\n\n"
+                f"target = {{ command = {command} }}\n\n"
             )
 
         self.config.write_text(
             '[server]\nlisten = "127.0.0.1:0"\nmax_wait = "30s"\n\n'
             f'[keys]\nseal = [{{ id = "k1", secret_env = "{KEY_VAR}" }}]\n\n'
             f'[engines.local]\nkind = "exec"\nspool_dir = {json.dumps(str(self.spool))}\ngrace_period = "1s"\n\n'
-            + tool("work", "hybrid", "work.sh", schema)
-            + tool("ask", "async", "ask.sh", schema)
+            + tool("work", "hybrid", "work.sh", schema, ("steps",))
+            + tool("ask", "async", "ask.sh", schema, ("Approve",))
             + tool("sleeper", "async", "sleeper.sh", '{ type = "object" }')
         )
 

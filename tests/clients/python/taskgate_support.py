@@ -159,30 +159,28 @@ class HttpServer:
 # ---------------------------------------------------------------- tasks extension
 
 
-class CreateTaskResult(types.Result):
+class TaskFields(types.Result):
+    """The fields of a Task, as both results below carry them."""
+
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class CreateTaskResult(TaskFields):
     """`CreateTaskResult` (resultType "task"): a flat Task."""
 
     result_type: Literal["task"]
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
 
 
-class DetailedTask(types.Result):
+class DetailedTask(TaskFields):
     """The `tasks/get` result: a Task with its status payload inlined."""
 
     result_type: str | None = None
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
     input_requests: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None

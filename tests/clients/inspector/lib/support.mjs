@@ -11,18 +11,18 @@
 //     (its own folder and token), stopped at the end.
 
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, existsSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
+import { mkdirSync, existsSync } from 'node:fs';
+import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 
+import * as shared from '../../shared/taskgate.mjs';
+
+export { repo, bin, waitFor, alive, LIMIT_MS } from '../../shared/taskgate.mjs';
+
 const here = dirname(fileURLToPath(import.meta.url));
-export const repo = resolve(here, '../../../..');
-export const bin = resolve(repo, process.env.TASKGATE_BIN ?? 'target/debug/taskgate');
-const toolsDir = join(repo, 'tests/tools');
+const { bin, toolsDir, waitFor } = shared;
 const inspector = join(here, '..', 'node_modules', '@modelcontextprotocol', 'inspector');
 const MCPDO = join(inspector, 'clients/mcpdo/build/mcp-bin.js');
 const LAUNCHER = join(inspector, 'clients/launcher/build/index.js');
@@ -30,40 +30,9 @@ const LAUNCHER = join(inspector, 'clients/launcher/build/index.js');
 const node = process.env.TASKGATE_INSPECTOR_NODE ?? process.execPath;
 export const KEY_VAR = 'TASKGATE_INSPECTOR_TEST_KEY';
 const KEY = 'inspector-test-key-0123456789abcdef-0123456789';
-export const LIMIT_MS = 40_000;
-
-/** Polls `check` every 50 ms until it returns a truthy value; fails after `limit` ms. */
-export async function waitFor(what, check, limit = LIMIT_MS) {
-  const deadline = Date.now() + limit;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${limit} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** True while `pid` exists and is not a zombie. */
-export function alive(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-    return state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
-}
 
 const LABEL_SCHEMA =
   '{ type = "object", required = ["label"], properties = { label = { type = "string", pattern = "^[A-Za-z0-9_-]+$" }, seconds = { type = "integer", minimum = 0, maximum = 60 } } }';
-
-function tool(name, mode, script, schema = LABEL_SCHEMA) {
-  return (
-    `[[tools]]\nname = "${name}"\ndescription = "test tool ${name}"\nengine = "local"\nmode = "${mode}"\n` +
-    `poll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = ${schema}\n` +
-    `target = { command = [${JSON.stringify(join(toolsDir, script))}] }\n\n`
-  );
-}
 
 /**
  * A temporary folder: the config (async tools, so a result proves a task was
@@ -71,18 +40,16 @@ function tool(name, mode, script, schema = LABEL_SCHEMA) {
  * Inspector's HOME and daemon folder.
  */
 export function makeSetup() {
-  const dir = mkdtempSync(join(tmpdir(), 'tg-insp-'));
-  const spool = join(dir, 'spool');
-  const config = join(dir, 'taskgate.toml');
-  writeFileSync(
-    config,
-    `[server]\nlisten = "127.0.0.1:0"\ncall_timeout = "10s"\nmax_wait = "30s"\n\n` +
-      `[keys]\nseal = [{ id = "k1", secret_env = "${KEY_VAR}" }]\n\n` +
-      `[engines.local]\nkind = "exec"\nspool_dir = ${JSON.stringify(spool)}\ngrace_period = "1s"\n\n` +
-      tool('slow', 'async', 'work.sh') +
+  const tool = (name, mode, script, schema = LABEL_SCHEMA) =>
+    shared.toolToml(name, { mode, schema, target: shared.execTarget(script) });
+  const base = shared.makeExecSetup(
+    'tg-insp-',
+    KEY_VAR,
+    tool('slow', 'async', 'work.sh') +
       tool('ask', 'async', 'ask.sh', '{ type = "object", required = ["label"], properties = { label = { type = "string", pattern = "^[A-Za-z0-9_-]+$" } } }') +
       tool('sleeper', 'async', 'sleeper.sh', '{ type = "object" }'),
   );
+  const { dir, config } = base;
   const home = join(dir, 'home');
   mkdirSync(home);
   return {
@@ -101,86 +68,16 @@ export function makeSetup() {
     },
     /** The stdio server command line, for the Inspector to spawn. */
     stdioCommand: [bin, 'serve', '--stdio', '--config', config],
-    runsOf(name) {
-      if (!existsSync(spool)) return [];
-      return readdirSync(spool)
-        .filter((n) => !n.startsWith('.'))
-        .map((n) => join(spool, n))
-        .filter((d) => {
-          try {
-            return JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')).tool === name;
-          } catch {
-            return false;
-          }
-        });
-    },
+    runsOf: base.runsOf,
     /** Ends what the runs left (they outlive servers by design), then removes the folder. */
-    cleanup() {
-      if (existsSync(spool)) {
-        for (const name of readdirSync(spool)) {
-          for (const file of ['pid.json', 'supervisor.json']) {
-            try {
-              const pid = JSON.parse(readFileSync(join(spool, name, file), 'utf8')).pid;
-              if (pid > 1) process.kill(-pid, 'SIGKILL');
-            } catch {
-              // not running, or never started
-            }
-          }
-        }
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
+    cleanup: base.cleanup,
   };
 }
 
-function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolvePort(port));
-    });
-  });
-}
-
-/** Starts `taskgate serve` on a free port; resolves once /healthz answers. */
+/** Starts `taskgate serve` on a free port; resolves once /healthz answers (`url` as text). */
 export async function startHttpServer(setup) {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
-    const child = spawn(bin, ['serve', '--config', setup.config, '--listen', `127.0.0.1:${port}`], {
-      env: setup.serverEnv,
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    let exited = false;
-    child.once('exit', () => {
-      exited = true;
-    });
-    const up = await waitFor(
-      `taskgate on port ${port}`,
-      async () => {
-        if (exited) return 'exited';
-        try {
-          return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok ? 'up' : false;
-        } catch {
-          return false;
-        }
-      },
-      20_000,
-    );
-    if (up === 'up') {
-      return {
-        url: `http://127.0.0.1:${port}/mcp`,
-        stop: () =>
-          new Promise((done) => {
-            if (exited) return done();
-            child.once('exit', () => done());
-            child.kill('SIGTERM');
-          }),
-      };
-    }
-  }
-  throw new Error('taskgate could not be started');
+  const server = await shared.startHttpServer(setup.config, setup.serverEnv);
+  return { url: server.url.href, stop: server.stop };
 }
 
 function run(args, env) {

@@ -12,61 +12,19 @@
 // before the SDK client sees them. Over HTTP the transport still derives the
 // 2026 headers (MCP-Protocol-Version, Mcp-Method, Mcp-Name) from each body.
 
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, readdirSync, existsSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createServer } from 'node:net';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 
-const here = dirname(fileURLToPath(import.meta.url));
-export const repo = resolve(here, '../../../..');
-export const bin = resolve(repo, process.env.TASKGATE_BIN ?? 'target/debug/taskgate');
-export const toolsDir = join(repo, 'tests/tools');
+import * as shared from '../../shared/taskgate.mjs';
+
+export { repo, bin, toolsDir, waitFor, alive, LIMIT_MS, toolToml, execTarget } from '../../shared/taskgate.mjs';
+
+const { bin } = shared;
 export const TASKS = 'io.modelcontextprotocol/tasks';
 const KEY_VAR = 'TASKGATE_TS2_TEST_KEY';
 const KEY = 'ts-client2-test-key-0123456789abcdef-0123456789';
-export const LIMIT_MS = 40_000;
-
-/** Polls `check` every 50 ms until it returns a truthy value; fails after `limit` ms. */
-export async function waitFor(what, check, limit = LIMIT_MS) {
-  const deadline = Date.now() + limit;
-  let last;
-  for (;;) {
-    last = await check();
-    if (last) return last;
-    if (Date.now() > deadline) throw new Error(`timed out after ${limit} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** True while `pid` exists and is not a zombie. */
-export function alive(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-    return state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
-}
-
-/** One `[[tools]]` table. `target` is TOML inline-table text. */
-export function toolToml(name, { mode = 'hybrid', schema = '{ type = "object" }', target, extra = '' }) {
-  return (
-    `[[tools]]\nname = "${name}"\ndescription = "test tool ${name}"\nengine = "${target.engine}"\nmode = "${mode}"\n` +
-    `poll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = ${schema}\n${extra}target = ${target.toml}\n\n`
-  );
-}
-
-/** An exec-engine target running tests/tools/<script>. */
-export function execTarget(script) {
-  return { engine: 'local', toml: `{ command = [${JSON.stringify(join(toolsDir, script))}] }` };
-}
 
 export const LABEL_SCHEMA =
   '{ type = "object", required = ["label"], properties = { label = { type = "string", pattern = "^[A-Za-z0-9_-]+$" }, seconds = { type = "integer", minimum = 0, maximum = 60 } } }';
@@ -76,103 +34,16 @@ export const LABEL_SCHEMA =
  * appended (engines and tools). `env` is added to the server's environment.
  */
 export function makeSetup(body, env = {}) {
-  const dir = mkdtempSync(join(tmpdir(), 'taskgate-ts-client2-'));
-  const spool = join(dir, 'spool');
-  const config = join(dir, 'taskgate.toml');
-  writeFileSync(
-    config,
-    `[server]\nlisten = "127.0.0.1:0"\ncall_timeout = "10s"\nmax_wait = "30s"\n\n` +
-      `[keys]\nseal = [{ id = "k1", secret_env = "${KEY_VAR}" }]\n\n` +
-      `[engines.local]\nkind = "exec"\nspool_dir = ${JSON.stringify(spool)}\ngrace_period = "1s"\n\n` +
-      body,
-  );
   return {
-    dir,
-    spool,
-    config,
+    ...shared.makeExecSetup('taskgate-ts-client2-', KEY_VAR, body),
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', [KEY_VAR]: KEY, TASKGATE_LOG: 'warn', ...env },
-    /** The run folders of `tool` in the exec spool. */
-    runsOf(tool) {
-      if (!existsSync(spool)) return [];
-      return readdirSync(spool)
-        .filter((n) => !n.startsWith('.'))
-        .map((n) => join(spool, n))
-        .filter((d) => {
-          try {
-            return JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')).tool === tool;
-          } catch {
-            return false;
-          }
-        });
-    },
-    /** Ends what the runs left (they outlive servers by design), then removes the folder. */
-    cleanup() {
-      if (existsSync(spool)) {
-        for (const name of readdirSync(spool)) {
-          for (const file of ['pid.json', 'supervisor.json']) {
-            try {
-              const pid = JSON.parse(readFileSync(join(spool, name, file), 'utf8')).pid;
-              if (pid > 1) process.kill(-pid, 'SIGKILL');
-            } catch {
-              // not running, or never started
-            }
-          }
-        }
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
   };
-}
-
-function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolvePort(port));
-    });
-  });
 }
 
 /** Starts `taskgate serve` on a free port; resolves once /healthz answers. */
 export async function startHttpServer(setup) {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
-    const child = spawn(bin, ['serve', '--config', setup.config, '--listen', `127.0.0.1:${port}`], {
-      env: setup.env,
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    let exited = false;
-    child.once('exit', () => {
-      exited = true;
-    });
-    const up = await waitFor(
-      `taskgate on port ${port}`,
-      async () => {
-        if (exited) return 'exited';
-        try {
-          const r = await fetch(`http://127.0.0.1:${port}/healthz`);
-          return r.ok ? 'up' : false;
-        } catch {
-          return false;
-        }
-      },
-      20_000,
-    );
-    if (up === 'up') {
-      return {
-        url: new URL(`http://127.0.0.1:${port}/mcp`),
-        stop: () =>
-          new Promise((done) => {
-            if (exited) return done();
-            child.once('exit', () => done());
-            child.kill('SIGTERM');
-          }),
-      };
-    }
-  }
-  throw new Error('taskgate could not be started');
+  const server = await shared.startHttpServer(setup.config, setup.env);
+  return { url: server.url, stop: server.stop };
 }
 
 /**

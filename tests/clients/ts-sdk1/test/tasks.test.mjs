@@ -4,111 +4,45 @@
 // an input_required round trip answered by the client's elicitation handler.
 //
 // The server is the built binary (TASKGATE_BIN, default target/debug/taskgate)
-// with the exec engine running the scripts in tests/dialect-tools/.
+// with the exec engine running the scripts in tests/tools/.
 
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, readdirSync, rmSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createServer } from 'node:net';
+import { readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '../../../..');
-const bin = resolve(repo, process.env.TASKGATE_BIN ?? 'target/debug/taskgate');
-const tools = join(repo, 'tests/dialect-tools');
+import * as shared from '../../shared/taskgate.mjs';
+
+const { bin, waitFor, alive } = shared;
 const KEY_VAR = 'TASKGATE_TS_TEST_KEY';
 const KEY = 'ts-sdk-test-key-0123456789abcdef-0123456789';
-const LIMIT_MS = 30_000;
 
-/** Polls `check` every 50 ms until it returns a truthy value; fails after `limit` ms. */
-async function waitFor(what, check, limit = LIMIT_MS) {
-  const deadline = Date.now() + limit;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** True while `pid` exists and is not a zombie. */
-function alive(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-    return state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
-}
-
-/** A temporary config (and spool) whose tools are the dialect-test scripts. */
+/** A temporary config (and spool) whose tools are the scripts in tests/tools (work in 0.2 s steps, ask "Approve ...?"). */
 function makeSetup() {
-  const dir = mkdtempSync(join(tmpdir(), 'taskgate-ts-sdk1-'));
-  const spool = join(dir, 'spool');
-  const tool = (name, mode, script, schema) =>
-    `[[tools]]\nname = "${name}"\ndescription = "test tool ${name}"\nengine = "local"\nmode = "${mode}"\n` +
-    `poll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = ${schema}\n` +
-    `target = { command = [${JSON.stringify(join(tools, script))}] }\n\n`;
   const label = '{ type = "object", required = ["label"], properties = { label = { type = "string" }, steps = { type = "integer" } } }';
-  const config = join(dir, 'taskgate.toml');
-  writeFileSync(
-    config,
-    `[server]\nlisten = "127.0.0.1:0"\nmax_wait = "30s"\n\n` +
-      `[keys]\nseal = [{ id = "k1", secret_env = "${KEY_VAR}" }]\n\n` +
-      `[engines.local]\nkind = "exec"\nspool_dir = ${JSON.stringify(spool)}\ngrace_period = "1s"\n\n` +
-      tool('work', 'hybrid', 'work.sh', label) +
-      tool('ask', 'async', 'ask.sh', label) +
+  const tool = (name, mode, script, schema, args = []) =>
+    shared.toolToml(name, { mode, schema, target: shared.execTarget(script, args) });
+  return shared.makeExecSetup(
+    'taskgate-ts-sdk1-',
+    KEY_VAR,
+    tool('work', 'hybrid', 'work.sh', label, ['steps']) +
+      tool('ask', 'async', 'ask.sh', label, ['Approve']) +
       tool('sleeper', 'async', 'sleeper.sh', '{ type = "object" }'),
   );
-  return { dir, spool, config };
 }
 
 function serverEnv() {
   return { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', [KEY_VAR]: KEY, TASKGATE_LOG: 'warn' };
 }
 
-function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolvePort(port));
-    });
-  });
-}
-
 /** Starts `taskgate serve` on a free port; resolves once /healthz answers. */
-async function startHttpServer(setup) {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
-    const child = spawn(bin, ['serve', '--config', setup.config, '--listen', `127.0.0.1:${port}`], {
-      env: serverEnv(),
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    let exited = false;
-    child.once('exit', () => { exited = true; });
-    const up = await waitFor(`taskgate on port ${port}`, async () => {
-      if (exited) return 'exited';
-      try {
-        const r = await fetch(`http://127.0.0.1:${port}/healthz`);
-        return r.ok ? 'up' : false;
-      } catch {
-        return false;
-      }
-    }, 20_000);
-    if (up === 'up') return { child, url: new URL(`http://127.0.0.1:${port}/mcp`) };
-  }
-  throw new Error('taskgate could not be started');
+function startHttpServer(setup) {
+  return shared.startHttpServer(setup.config, serverEnv());
 }
 
 /** A connected client whose elicitation handler records requests and approves. */
@@ -136,20 +70,6 @@ async function drain(stream, onMessage = async () => {}) {
   return messages;
 }
 
-function runsOf(setup, tool) {
-  if (!existsSync(setup.spool)) return [];
-  return readdirSync(setup.spool)
-    .filter((n) => !n.startsWith('.'))
-    .map((n) => join(setup.spool, n))
-    .filter((d) => {
-      try {
-        return JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')).tool === tool;
-      } catch {
-        return false;
-      }
-    });
-}
-
 function flows(transportName, open) {
   describe(`TypeScript SDK over ${transportName}`, () => {
     let setup;
@@ -167,7 +87,7 @@ function flows(transportName, open) {
     });
     after(async () => {
       await ctx?.close();
-      rmSync(setup.dir, { recursive: true, force: true });
+      setup?.cleanup();
     });
 
     test('a long-running call completes as a task', async () => {
@@ -196,7 +116,7 @@ function flows(transportName, open) {
           taskId = m.task.taskId;
           // Cancel once the process is really running.
           await waitFor('the sleeper to run', async () => {
-            const dir = runsOf(setup, 'sleeper')[0];
+            const dir = setup.runsOf('sleeper')[0];
             return dir && existsSync(join(dir, 'sleeper.pids'));
           });
           cancelled = await ctx.client.experimental.tasks.cancelTask(taskId);
@@ -208,7 +128,7 @@ function flows(transportName, open) {
       assert.match(String(last.error.message), /cancelled/);
       const task = await ctx.client.experimental.tasks.getTask(taskId);
       assert.equal(task.status, 'cancelled');
-      const pids = readFileSync(join(runsOf(setup, 'sleeper')[0], 'sleeper.pids'), 'utf8').trim().split(/\s+/).map(Number);
+      const pids = readFileSync(join(setup.runsOf('sleeper')[0], 'sleeper.pids'), 'utf8').trim().split(/\s+/).map(Number);
       await waitFor('the sleeper processes to end', () => pids.every((p) => !alive(p)));
       await assert.rejects(ctx.client.experimental.tasks.cancelTask(taskId), /terminal/);
     });
