@@ -19,13 +19,13 @@
 //! Skipped when `TASKGATE_KUBECONFIG` is unset or no mount namespace can be made;
 //! failed instead when `TASKGATE_REQUIRE_E2E=1`. Every wait polls against a deadline.
 
-mod engines_support;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use engines_support::{until, Modern, Setup};
+use common::{wait_for as until, Client, Setup};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
@@ -192,7 +192,7 @@ fn as_pod_raw(sa_dir: &Path, url: &str) -> Command {
 fn as_pod(sa_dir: &Path, url: &str, setup: &Setup, args: &[&str]) -> Command {
     let mut cmd = Command::new(repo_path("scripts/k8s/as-pod.sh"));
     cmd.arg(sa_dir).arg(url);
-    for (k, v) in &setup.env {
+    for (k, v) in &setup.env() {
         cmd.arg(format!("{k}={v}"));
     }
     cmd.args(["TASKGATE_LOG=info", "--", env!("CARGO_BIN_EXE_taskgate")])
@@ -277,7 +277,7 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         .await
         .expect("create pod");
 
-    let setup = Setup::new(
+    let setup = Setup::config(
         r#"[engines.cluster]
 kind = "kubernetes"
 
@@ -322,7 +322,7 @@ target = { template_file = "report.yaml", args_env_prefix = "ARG_" }
     // machine that is itself a pod does not leak its own files in).
     let bare = Command::new("env")
         .args(["-i", "PATH=/usr/bin:/bin", "HOME=/nonexistent"])
-        .args(setup.env.iter().map(|(k, v)| format!("{k}={v}")))
+        .args(setup.env().iter().map(|(k, v)| format!("{k}={v}")))
         .arg(env!("CARGO_BIN_EXE_taskgate"))
         .args(["check-config", "--config", "taskgate.toml"])
         .current_dir(setup.dir.path())
@@ -415,8 +415,8 @@ target = { template_file = "report.yaml", args_env_prefix = "ARG_" }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let client = Modern::new(&format!("http://127.0.0.1:{port}/mcp"));
-    let task = client.start("report", json!({"day": "2026-12-03"})).await;
+    let client = Client::new(&format!("http://127.0.0.1:{port}/mcp"));
+    let task = client.start_task("report", json!({"day": "2026-12-03"})).await;
     let done = client.until_status(&task, "completed", LIMIT).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
 
