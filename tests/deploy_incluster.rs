@@ -416,7 +416,9 @@ target = { template_file = "report.yaml", args_env_prefix = "ARG_" }
     }
 
     let client = Client::new(&format!("http://127.0.0.1:{port}/mcp"));
-    let task = client.start_task("report", json!({"day": "2026-12-03"})).await;
+    let task = client
+        .start_task("report", json!({"day": "2026-12-03"}))
+        .await;
     let done = client.until_status(&task, "completed", LIMIT).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
 

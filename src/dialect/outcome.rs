@@ -76,6 +76,18 @@ pub fn notify_progress(
     let _ = out.send(rpc::notification("notifications/progress", params));
 }
 
+/// The status word of SEP-1391 operations and of the `handles` companion tools.
+#[must_use]
+pub fn status_word(state: &RunState) -> &'static str {
+    match state {
+        RunState::Working { .. } => "working",
+        RunState::InputRequired { .. } => "input_required",
+        RunState::Completed(_) => "completed",
+        RunState::Failed { .. } => "failed",
+        RunState::Cancelled { .. } => "canceled",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,17 +129,5 @@ mod tests {
             sent.push(m["params"]["progress"].as_f64().unwrap());
         }
         assert_eq!(sent, vec![0.0, 2.0, 3.0]);
-    }
-}
-
-/// The status word of SEP-1391 operations and of the `handles` companion tools.
-#[must_use]
-pub fn status_word(state: &RunState) -> &'static str {
-    match state {
-        RunState::Working { .. } => "working",
-        RunState::InputRequired { .. } => "input_required",
-        RunState::Completed(_) => "completed",
-        RunState::Failed { .. } => "failed",
-        RunState::Cancelled { .. } => "canceled",
     }
 }

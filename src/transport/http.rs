@@ -4,6 +4,7 @@
 //! answers (JSON or an SSE stream) and sets the session header; the front door
 //! decides everything about the message itself.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -33,7 +34,13 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
-/// Serves until the process is stopped.
+/// How long requests in flight may take to finish once the server is told to stop.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves until the process is told to stop (SIGTERM, as a container runtime
+/// stops a pod, or SIGINT): then it stops accepting, gives requests in flight
+/// [`SHUTDOWN_GRACE`] to finish, and returns. Nothing is lost by stopping: every
+/// task lives in its engine.
 ///
 /// # Errors
 ///
@@ -41,7 +48,43 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router(gw)).await
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let server = {
+        let stop = stop.clone();
+        axum::serve(listener, router(gw))
+            .with_graceful_shutdown(async move { stop.notified().await })
+            .into_future()
+    };
+    tokio::pin!(server);
+    tokio::select! {
+        outcome = &mut server => return outcome,
+        () = stop_signal() => {}
+    }
+    tracing::info!("stopping: no new connections; requests in flight may finish");
+    stop.notify_one();
+    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            tracing::warn!("requests still in flight after the grace period; stopping anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn stop_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 async fn method_not_allowed() -> Response {

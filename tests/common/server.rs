@@ -118,6 +118,16 @@ impl Server {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("a pid")
+    }
+
+    /// The exit status once the server has exited (reaped), else `None`.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGKILLs the server and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
