@@ -326,13 +326,19 @@ pub fn print_result(ui: &Ui, result: &Value) {
         return;
     }
     let mut out = std::io::stdout().lock();
-    let _ = write!(out, "{text}");
-    if let Some(structured) = result.get("structuredContent") {
-        let pretty = serde_json::to_string_pretty(structured).expect("JSON");
-        // Text content that is the structured content itself is not repeated.
-        let same = serde_json::from_str::<Value>(text.trim()).ok().as_ref() == Some(structured);
-        if !same {
+    match result.get("structuredContent") {
+        Some(structured) => {
+            // Text content that is the structured content itself is shown
+            // once, indented.
+            let same = serde_json::from_str::<Value>(text.trim()).ok().as_ref() == Some(structured);
+            if !same {
+                let _ = write!(out, "{text}");
+            }
+            let pretty = serde_json::to_string_pretty(structured).expect("JSON");
             let _ = writeln!(out, "{pretty}");
+        }
+        None => {
+            let _ = write!(out, "{text}");
         }
     }
     let _ = out.flush();

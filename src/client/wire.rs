@@ -69,6 +69,12 @@ pub enum WireError {
         /// Its data member.
         data: Option<Value>,
     },
+    /// The server wants a (valid) bearer token.
+    #[error("{message} (HTTP 401): pass the token's variable with --token-env")]
+    Unauthorized {
+        /// The server's message.
+        message: String,
+    },
     /// The answer is not a JSON-RPC response.
     #[error("the server's answer is not a JSON-RPC response: {0}")]
     Malformed(String),
@@ -309,6 +315,12 @@ async fn http_exchange(
         serde_json::from_str::<Value>(&text).ok()
     };
     match message {
+        Some(m) if status == 401 && m.get("error").is_some() => Err(WireError::Unauthorized {
+            message: m["error"]["message"]
+                .as_str()
+                .unwrap_or("unauthorized")
+                .to_owned(),
+        }),
         Some(m) if m.get("result").is_some() || m.get("error").is_some() => Ok(m),
         _ => Err(WireError::Http {
             status,
