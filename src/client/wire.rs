@@ -151,7 +151,7 @@ enum Transport {
         url: String,
         token: Option<String>,
     },
-    Stdio(StdioServer),
+    Stdio(Box<StdioServer>),
 }
 
 struct StdioServer {
@@ -183,7 +183,7 @@ impl Connection {
                 url: url.clone(),
                 token: token.clone(),
             },
-            Target::Stdio { config } => Transport::Stdio(StdioServer::start(config)?),
+            Target::Stdio { config } => Transport::Stdio(Box::new(StdioServer::start(config)?)),
         };
         Ok(Self {
             transport,
