@@ -741,6 +741,25 @@ impl Pane {
         text(&out.stdout)
     }
 
+    /// The screen with wrapped lines joined.
+    fn screen_joined(&self) -> String {
+        let out = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "capture-pane",
+                "-p",
+                "-J",
+                "-S",
+                "-200",
+                "-t",
+                "t",
+            ])
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    }
+
     fn keys(&self, keys: &[&str]) {
         let status = Command::new("tmux")
             .args(["-L", &self.socket, "send-keys", "-t", "t"])
@@ -862,4 +881,43 @@ fn in_a_terminal_ctrl_c_asks_and_cancels_the_task() {
         pane.screen()
     );
     assert_group_gone(pgid);
+}
+
+#[test]
+fn in_a_terminal_ctrl_c_at_a_prompt_can_keep_waiting_or_leave_the_task_running() {
+    if !tmux_ready() {
+        return;
+    }
+    let setup = Setup::new(false);
+    let server = Server::start(&setup);
+    let pane = Pane::start(
+        &setup,
+        &["call", "--url", &server.url, "ask", "label=later"],
+    );
+    pane.wait_screen(&["Deploy later?", "ok"]);
+    pane.keys(&["C-c"]);
+    pane.wait_screen(&["Cancel the task?"]);
+    // "keep waiting": the question is asked again.
+    pane.keys(&["Down", "Enter"]);
+    wait_for("the question asked again", Duration::from_secs(30), || {
+        (pane.screen().matches("Deploy later?").count() >= 2).then_some(())
+    });
+    pane.keys(&["C-c"]);
+    wait_for("the menu again", Duration::from_secs(30), || {
+        (pane.screen().matches("Cancel the task?").count() >= 2).then_some(())
+    });
+    // "leave it running and exit": 130, and the hint names the handle.
+    pane.keys(&["Down", "Down", "Enter"]);
+    assert_eq!(pane.exit_code(), 130, "{}", pane.screen());
+    let screen = pane.screen_joined();
+    let handle = screen
+        .lines()
+        .find(|l| l.contains("taskgate tasks result"))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no handle in {screen}"))
+        .to_owned();
+    assert!(handle.starts_with("tg1."), "{screen}");
+    let out = run(setup.cli(&["tasks", "get", "--url", &server.url, "--json", &handle]));
+    expect(&out, 0);
+    assert_eq!(json_out(&out)["status"], "input_required");
 }

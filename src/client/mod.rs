@@ -98,6 +98,9 @@ impl From<Exit> for ExitCode {
     }
 }
 
+/// The least deadline of a `tools/call`.
+const SYNC_CALL_WAIT: Duration = Duration::from_secs(600);
+
 /// Which server to talk to.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
@@ -115,7 +118,8 @@ pub struct ServerArgs {
     /// The environment variable holding the bearer token (with --url).
     #[arg(long, value_name = "VAR", requires = "url")]
     pub token_env: Option<String>,
-    /// Deadline of each request.
+    /// Deadline of each request (a tools/call gets at least 10 minutes: a
+    /// synchronous tool answers when its run ends).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
 }
@@ -289,9 +293,12 @@ async fn call_inner(args: &CallArgs, ui: Ui) -> Result<Exit, Exit> {
     let headers = wire::param_headers(&schema, &arguments);
     let mut progress = Progress::start(ui, &args.tool);
     let mut params = json!({ "name": args.tool, "arguments": arguments });
+    // A synchronous tool answers tools/call only when its run ends (up to the
+    // server's max_wait), as does a call waiting for the run's first question.
+    let call_deadline = args.server.timeout.max(SYNC_CALL_WAIT);
     loop {
         let answer = tokio::select! {
-            a = conn.request("tools/call", params.clone(), &headers) => a,
+            a = conn.request_within("tools/call", params.clone(), &headers, call_deadline) => a,
             _ = sig.recv() => {
                 progress.pause();
                 ui.note("interrupted before a task was created");
@@ -313,7 +320,7 @@ async fn call_inner(args: &CallArgs, ui: Ui) -> Result<Exit, Exit> {
                 if args.detach {
                     progress.pause();
                     if ui.json {
-                        render::print_json(&ui, &render::outcome_json(Some(&task_id), &result));
+                        render::print_json(&render::outcome_json(Some(&task_id), &result));
                     } else {
                         say!("{task_id}");
                     }
@@ -392,7 +399,7 @@ async fn tasks_inner(command: TasksCommand) -> Result<Exit, Exit> {
                 .await
                 .map_err(|e| wire_failure(&ui, "tasks/get", &e))?;
             if ui.json {
-                render::print_json(&ui, &render::outcome_json(Some(&handle), &task));
+                render::print_json(&render::outcome_json(Some(&handle), &task));
             } else {
                 render::print_task(&ui, &task);
             }
@@ -431,7 +438,7 @@ async fn tasks_inner(command: TasksCommand) -> Result<Exit, Exit> {
                     .await
                     .map_err(|e| wire_failure(&ui, "tasks/cancel", &e))?;
                 if ui.json {
-                    render::print_json(&ui, &json!({ "taskId": handle, "cancelRequested": true }));
+                    render::print_json(&json!({ "taskId": handle, "cancelRequested": true }));
                 } else if !ui.quiet {
                     ui.note("cancel requested");
                 }

@@ -276,7 +276,7 @@ pub fn outcome_json(task_id: Option<&str>, task: &Value) -> Value {
 }
 
 /// Prints a JSON value on stdout: indented on a terminal, one line otherwise.
-pub fn print_json(ui: &Ui, value: &Value) {
+pub fn print_json(value: &Value) {
     let text = if std::io::stdout().is_terminal() {
         serde_json::to_string_pretty(value)
     } else {
@@ -286,7 +286,6 @@ pub fn print_json(ui: &Ui, value: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}");
     let _ = out.flush();
-    let _ = ui;
 }
 
 /// Prints a `CallToolResult` for a person: text content on stdout (stderr for

@@ -132,7 +132,7 @@ pub(super) fn finish(
         tell!("{painted}");
     }
     if ui.json {
-        render::print_json(ui, &render::outcome_json(task_id, task));
+        render::print_json(&render::outcome_json(task_id, task));
         return exit;
     }
     match status {
@@ -257,10 +257,10 @@ impl Watch {
                         Answered::Unanswerable(why) => {
                             self.progress.pause();
                             if self.ui.json {
-                                render::print_json(
-                                    &self.ui,
-                                    &render::outcome_json(Some(&self.task_id), &task),
-                                );
+                                render::print_json(&render::outcome_json(
+                                    Some(&self.task_id),
+                                    &task,
+                                ));
                             }
                             self.ui.error(&format!(
                                 "the task asks for input: {why}\n  answer with: taskgate tasks result {} --answer FIELD=VALUE {}",

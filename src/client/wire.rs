@@ -219,15 +219,32 @@ impl Connection {
     pub async fn request(
         &mut self,
         method: &str,
+        params: Value,
+        param_headers: &[(String, String)],
+    ) -> Result<Value, WireError> {
+        let timeout = self.timeout;
+        self.request_within(method, params, param_headers, timeout)
+            .await
+    }
+
+    /// As [`Connection::request`], with its own deadline (a `tools/call` of a
+    /// synchronous tool may take longer than other requests).
+    ///
+    /// # Errors
+    ///
+    /// Every way the request can fail, as a [`WireError`].
+    pub async fn request_within(
+        &mut self,
+        method: &str,
         mut params: Value,
         param_headers: &[(String, String)],
+        timeout: Duration,
     ) -> Result<Value, WireError> {
         params["_meta"] = self.meta();
         self.next_id += 1;
         let id = self.next_id;
         let name = mcp_name(method, &params);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let timeout = self.timeout;
         let message = match &mut self.transport {
             Transport::Http { http, url, token } => {
                 let mut req = http
