@@ -52,9 +52,11 @@ enum Command {
         config: PathBuf,
     },
     /// Call a tool from a terminal: start the task, show its progress, ask its
-    /// questions, print its result (exit codes: README, "From a terminal").
+    /// questions, print its result.
+    #[command(after_help = client::EXIT_CODES)]
     Call(client::CallArgs),
     /// Read, follow or cancel a task by its handle.
+    #[command(after_help = client::EXIT_CODES)]
     Tasks {
         #[command(subcommand)]
         command: client::TasksCommand,

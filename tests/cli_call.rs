@@ -85,6 +85,13 @@ impl Setup {
             "{ type = \"object\" }",
             "",
         ));
+        text.push_str(&tool(
+            "form",
+            "async",
+            "ask_form.sh",
+            "{ type = \"object\" }",
+            "",
+        ));
         std::fs::write(&config, text).unwrap();
         Self { dir, config, spool }
     }
@@ -920,4 +927,34 @@ fn in_a_terminal_ctrl_c_at_a_prompt_can_keep_waiting_or_leave_the_task_running()
     let out = run(setup.cli(&["tasks", "get", "--url", &server.url, "--json", &handle]));
     expect(&out, 0);
     assert_eq!(json_out(&out)["status"], "input_required");
+}
+
+#[test]
+fn in_a_terminal_a_form_offers_choices_and_checks_what_is_typed() {
+    if !tmux_ready() {
+        return;
+    }
+    let setup = Setup::new(false);
+    let server = Server::start(&setup);
+    let pane = Pane::start(&setup, &["call", "--url", &server.url, "form"]);
+    pane.wait_screen(&["Release details?", "count"]);
+    // Out of the schema's bounds: refused as typed, asked again.
+    pane.keys(&["9", "Enter"]);
+    pane.wait_screen(&["9 is greater than the maximum of 5"]);
+    pane.keys(&["3", "Enter"]);
+    // The enum is a choice.
+    pane.wait_screen(&["staging", "production"]);
+    pane.keys(&["Down", "Enter"]);
+    // Too long for maxLength, then left empty (it is optional).
+    pane.wait_screen(&["note"]);
+    pane.keys(&["much too long", "Enter"]);
+    pane.wait_screen(&["longer than 10 characters"]);
+    pane.keys(&["Enter"]);
+    pane.wait_screen(&["Send this answer?"]);
+    pane.keys(&["Enter"]);
+    assert_eq!(pane.exit_code(), 0, "{}", pane.screen());
+    let screen = pane.screen();
+    assert!(screen.contains("\"count\": 3"), "{screen}");
+    assert!(screen.contains("\"env\": \"production\""), "{screen}");
+    assert!(!screen.contains("\"note\""), "{screen}");
 }

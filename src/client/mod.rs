@@ -56,6 +56,12 @@ use self::render::{Progress, Ui};
 use self::watch::{answer_requests, finish, poll_interval, wire_failure, Answered, Watch};
 use self::wire::{Connection, Target};
 
+/// The exit codes, for `--help`.
+pub const EXIT_CODES: &str = "Exit codes: 0 completed (tasks get: read; tasks cancel: ended), \
+1 failed or an error result, 2 usage or arguments refused, 3 cancelled, \
+4 input needed but no terminal and no --answer (the task keeps waiting), \
+5 server unreachable or request refused, 130 interrupted and left running.";
+
 /// How a `taskgate call` or `taskgate tasks` command ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
