@@ -58,7 +58,7 @@ use self::wire::{Connection, Target};
 
 /// The exit codes, for `--help`.
 pub const EXIT_CODES: &str = "Exit codes: 0 completed (tasks get: read; tasks cancel: ended), \
-1 failed or an error result, 2 usage or arguments refused, 3 cancelled, \
+1 failed or an error result, 2 usage, arguments or answers refused, 3 cancelled, \
 4 input needed but no terminal and no --answer (the task keeps waiting), \
 5 server unreachable or request refused, 130 interrupted and left running.";
 
@@ -69,7 +69,8 @@ pub enum Exit {
     Completed,
     /// 1: the task failed, or its result is an error (`isError`).
     Failed,
-    /// 2: bad usage or arguments (refused before any task started).
+    /// 2: bad usage, arguments refused (no task started), or an `--answer`
+    /// the server refused.
     Usage,
     /// 3: the task was cancelled.
     Cancelled,
