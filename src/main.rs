@@ -1,5 +1,7 @@
 //! The `taskgate` command.
 
+mod client;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,6 +50,16 @@ enum Command {
         /// The config file.
         #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
         config: PathBuf,
+    },
+    /// Call a tool from a terminal: start the task, show its progress, ask its
+    /// questions, print its result.
+    #[command(after_help = client::EXIT_CODES)]
+    Call(client::CallArgs),
+    /// Read, follow or cancel a task by its handle.
+    #[command(after_help = client::EXIT_CODES)]
+    Tasks {
+        #[command(subcommand)]
+        command: client::TasksCommand,
     },
     /// Internal: the exec engine's detached run supervisor.
     #[command(hide = true)]
@@ -188,6 +200,8 @@ async fn run(command: Command) -> ExitCode {
             }
             Err(e) => config_error(&e),
         },
+        Command::Call(args) => client::call(args).await,
+        Command::Tasks { command } => client::tasks(command).await,
         Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
     }
 }
