@@ -77,6 +77,18 @@ pub enum RpcError {
     /// An HTTP request without a valid bearer token (HTTP 401).
     #[error("Unauthorized: a valid bearer token is required")]
     Unauthorized,
+    /// A valid token lacks scopes a tool's access rule asks for (HTTP 403, with a
+    /// `WWW-Authenticate: Bearer error="insufficient_scope"` challenge naming them).
+    #[error("Insufficient scope: {message}")]
+    InsufficientScope {
+        /// What was refused.
+        message: String,
+        /// The scopes that would admit the caller.
+        scopes: Vec<String>,
+    },
+    /// An access rule does not admit the caller to act on a run (HTTP 403).
+    #[error("Forbidden: {0}")]
+    AccessDenied(String),
     /// A legacy `Mcp-Session-Id` that does not open (HTTP 404).
     #[error("Session not found: initialize again")]
     SessionNotFound,
@@ -106,6 +118,7 @@ impl RpcError {
             },
             Self::Internal(_) | Self::RunFailed(_) => INTERNAL_ERROR,
             Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
+            Self::InsufficientScope { .. } | Self::AccessDenied(_) => INVALID_PARAMS,
             Self::SessionNotFound => INVALID_PARAMS,
         }
     }
@@ -117,6 +130,11 @@ impl RpcError {
         match e {
             CoreError::NotFound => Self::NotFound(not_found.to_owned()),
             CoreError::Engine(e) => Self::Engine(e),
+            CoreError::InsufficientScope { ref scopes, .. } => Self::InsufficientScope {
+                scopes: scopes.clone(),
+                message: e.to_string(),
+            },
+            CoreError::Forbidden(_) => Self::AccessDenied(e.to_string()),
             other @ (CoreError::UnknownTool(_)
             | CoreError::InvalidArguments { .. }
             | CoreError::NotCancellable(_)
@@ -129,7 +147,7 @@ impl RpcError {
     #[must_use]
     pub fn http_status(&self, modern: bool) -> u16 {
         match self {
-            Self::Forbidden(_) => 403,
+            Self::Forbidden(_) | Self::InsufficientScope { .. } | Self::AccessDenied(_) => 403,
             Self::Unauthorized => 401,
             Self::SessionNotFound => 404,
             Self::Parse(_) | Self::InvalidRequest(_) => 400,
@@ -189,6 +207,18 @@ impl RpcError {
             Self::Engine(EngineError::PermissionDenied { action, .. }) => {
                 Some(json!({ "deniedAction": action }))
             }
+            Self::InsufficientScope { scopes, .. } => {
+                Some(json!({ "error": "insufficient_scope", "scope": scopes.join(" ") }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The scopes a step-up challenge names, for an insufficient-scope refusal.
+    #[must_use]
+    pub fn required_scopes(&self) -> Option<&[String]> {
+        match self {
+            Self::InsufficientScope { scopes, .. } => Some(scopes),
             _ => None,
         }
     }
@@ -340,6 +370,21 @@ mod tests {
             (RpcError::Forbidden("Host not allowed"), -32600, 403, 403),
             (RpcError::Unauthorized, -32600, 401, 401),
             (RpcError::SessionNotFound, -32602, 404, 404),
+            (
+                RpcError::from(CoreError::InsufficientScope {
+                    tool: "t".into(),
+                    scopes: vec!["deploy".into()],
+                }),
+                -32602,
+                403,
+                403,
+            ),
+            (
+                RpcError::from(CoreError::Forbidden("t".into())),
+                -32602,
+                403,
+                403,
+            ),
             (RpcError::RunFailed("x".into()), -32603, 200, 200),
             (RpcError::from(CoreError::NotFound), -32602, 200, 200),
             (

@@ -19,6 +19,8 @@ use taskgate_engine::{
 use super::config::{
     ConfigFileError, ConfigProblem, FileConfig, ServerConfig, ToolConfig, ToolMode,
 };
+use super::access::{AccessPolicy, Caller};
+use super::audit::{self, Action, Outcome};
 use super::engines;
 use super::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Keyring, Purpose, TaskClaims,
@@ -53,6 +55,19 @@ pub enum CoreError {
     /// The engine said something the client must hear.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The caller's credentials lack scopes the tool's access rule asks for; a
+    /// token with them would be admitted (step-up). Nothing reached the engine.
+    #[error("Tool {tool} needs the scope {}", scopes.join(" "))]
+    InsufficientScope {
+        /// The tool.
+        tool: String,
+        /// The scopes that would admit the caller.
+        scopes: Vec<String>,
+    },
+    /// The tool's access rule does not admit the caller to cancel or answer its
+    /// runs. Nothing reached the engine.
+    #[error("Not allowed to act on runs of tool {0}")]
+    Forbidden(String),
 }
 
 /// A configured tool, bound to its engine.
@@ -90,7 +105,13 @@ pub struct Gateway {
     /// Counts engine calls (shown on `/metrics`).
     pub meter: Arc<CallMeter>,
     /// Static bearer tokens: token → caller.
-    pub bearer: Vec<(String, String)>,
+    pub bearer: Vec<(String, Caller)>,
+    /// Who may use which tool.
+    pub access: AccessPolicy,
+    /// OAuth 2.1 resource-server settings (`[auth.oauth]`), for the front door.
+    pub oauth: Option<super::validate::OAuthSettings>,
+    /// The stdio caller's scopes and groups (`[auth.local]`).
+    pub local: super::config::LocalCallerConfig,
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
 }
@@ -132,6 +153,8 @@ impl Gateway {
             }
         }
 
+        let access = AccessPolicy::from_config(&cfg);
+        let local = cfg.auth.local.clone();
         let meter = Arc::new(CallMeter::default());
         let mut tools = Vec::new();
         for (i, (mut tool, validator)) in cfg.tools.into_iter().zip(checked.validators).enumerate()
@@ -182,6 +205,9 @@ impl Gateway {
                 tools,
                 meter,
                 bearer: checked.bearer,
+                access,
+                local,
+                oauth: checked.oauth,
                 engines: built,
             }),
             _ => Err(ConfigFileError {
@@ -255,7 +281,7 @@ impl Gateway {
     /// [`CoreError::Engine`].
     pub async fn start(
         &self,
-        caller: &str,
+        caller: &Caller,
         tool: &Tool,
         arguments: Value,
         dialect: Dialect,
@@ -278,16 +304,17 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// [`CoreError::Engine`].
+    /// [`CoreError::Engine`]; the refusals of [`Gateway::authorize`].
     pub async fn start_retained(
         &self,
-        caller: &str,
+        caller: &Caller,
         tool: &Tool,
         arguments: Value,
         dialect: Dialect,
         run_name: Option<String>,
         retention: Duration,
     ) -> Result<Started, CoreError> {
+        self.authorize(caller, tool, Action::Start, dialect, None)?;
         let run_name = run_name.unwrap_or_else(random_run_name);
         let request = StartRequest {
             run_name,
@@ -295,7 +322,21 @@ impl Gateway {
             caller_tag: caller_tag(caller),
             keep_alive: Some(retention),
         };
-        let native = tool.pipeline.start(request).await?;
+        let native = match tool.pipeline.start(request).await {
+            Ok(native) => native,
+            Err(e) => {
+                audit::record(Action::Start, caller, Some(tool.name()), Some(dialect), None, Outcome::Failed);
+                return Err(e.into());
+            }
+        };
+        audit::record(
+            Action::Start,
+            caller,
+            Some(tool.name()),
+            Some(dialect),
+            Some(&audit::run_ref(tool.name(), &native)),
+            Outcome::Ok,
+        );
         let claims = TaskClaims {
             dialect,
             tool: tool.config.name.clone(),
@@ -378,8 +419,24 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// As [`Gateway::read`]; [`CoreError::NotCancellable`] when the engine cannot stop runs.
-    pub async fn cancel(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
+    /// As [`Gateway::read`]; [`CoreError::NotCancellable`] when the engine cannot
+    /// stop runs; the refusals of [`Gateway::authorize`] (before any engine call).
+    pub async fn cancel(
+        &self,
+        caller: &Caller,
+        dialect: Dialect,
+        tool: &Tool,
+        native: &str,
+    ) -> Result<Snapshot, CoreError> {
+        self.authorize(caller, tool, Action::Cancel, dialect, Some(native))?;
+        let outcome = self.cancel_authorized(tool, native).await;
+        let word = if outcome.is_ok() { Outcome::Ok } else { Outcome::Failed };
+        let run = audit::run_ref(tool.name(), native);
+        audit::record(Action::Cancel, caller, Some(tool.name()), Some(dialect), Some(&run), word);
+        outcome
+    }
+
+    async fn cancel_authorized(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
         let snapshot = self.read(tool, native).await?;
         if snapshot.state.is_terminal() {
             return Ok(snapshot);
@@ -401,8 +458,28 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// [`CoreError::InvalidAnswer`] for malformed or non-conforming answers; engine errors.
+    /// [`CoreError::InvalidAnswer`] for malformed or non-conforming answers; engine
+    /// errors; the refusals of [`Gateway::authorize`] (before any engine call).
     pub async fn answer(
+        &self,
+        caller: &Caller,
+        dialect: Dialect,
+        tool: &Tool,
+        native: &str,
+        responses: &Map<String, Value>,
+    ) -> Result<usize, CoreError> {
+        self.authorize(caller, tool, Action::Answer, dialect, Some(native))?;
+        let outcome = self.answer_authorized(tool, native, responses).await;
+        // An answer event is written when one reached the engine, or it failed.
+        if !matches!(outcome, Ok(0)) {
+            let word = if outcome.is_ok() { Outcome::Ok } else { Outcome::Failed };
+            let run = audit::run_ref(tool.name(), native);
+            audit::record(Action::Answer, caller, Some(tool.name()), Some(dialect), Some(&run), word);
+        }
+        outcome
+    }
+
+    async fn answer_authorized(
         &self,
         tool: &Tool,
         native: &str,
