@@ -169,7 +169,14 @@ pub async fn identify(
         if let auth::AuthError::Unavailable { .. } = e {
             tracing::warn!(error = %e, "a token could not be checked");
         }
-        audit::record(Action::Request, "", None, None, None, Outcome::Refused(e.reason()));
+        audit::record(
+            Action::Request,
+            "",
+            None,
+            None,
+            None,
+            Outcome::Refused(e.reason()),
+        );
     }
     outcome
 }

@@ -11,10 +11,10 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use super::audit::{self, Action, Outcome};
 use super::config::{AccessRule, FileConfig};
 use super::gateway::{CoreError, Gateway, Tool};
 use super::handle::Dialect;
-use super::audit::{self, Action, Outcome};
 
 /// Who a request comes from: the identity its task handles are bound to, and
 /// what access rules look at.
@@ -163,8 +163,8 @@ impl AccessPolicy {
 pub fn decide(rule: &[AccessRule], caller: &Caller) -> Decision {
     let mut step_up = None;
     for alt in rule {
-        let who = alt.callers.is_empty()
-            || alt.callers.iter().any(|c| c == "*" || c == caller.id());
+        let who =
+            alt.callers.is_empty() || alt.callers.iter().any(|c| c == "*" || c == caller.id());
         let group = alt.groups.is_empty() || alt.groups.iter().any(|g| caller.groups.contains(g));
         if !(who && group) {
             continue;
@@ -275,18 +275,48 @@ mod tests {
         let table: Vec<(&str, Vec<AccessRule>, Caller, Decision)> = vec![
             ("everyone", everyone(), who("anonymous", &[], &[]), Allowed),
             ("nobody", vec![], who("alice", &["a"], &["g"]), Denied),
-            ("named caller", vec![alt(&["alice"], &[], &[])], who("alice", &[], &[]), Allowed),
-            ("other caller", vec![alt(&["alice"], &[], &[])], who("bob", &[], &[]), Denied),
-            ("oauth caller by iss#sub", vec![alt(&[idp], &[], &[])], who(idp, &[], &[]), Allowed),
-            ("scope held", vec![alt(&[], &["deploy"], &[])], who(idp, &["deploy", "x"], &[]), Allowed),
+            (
+                "named caller",
+                vec![alt(&["alice"], &[], &[])],
+                who("alice", &[], &[]),
+                Allowed,
+            ),
+            (
+                "other caller",
+                vec![alt(&["alice"], &[], &[])],
+                who("bob", &[], &[]),
+                Denied,
+            ),
+            (
+                "oauth caller by iss#sub",
+                vec![alt(&[idp], &[], &[])],
+                who(idp, &[], &[]),
+                Allowed,
+            ),
+            (
+                "scope held",
+                vec![alt(&[], &["deploy"], &[])],
+                who(idp, &["deploy", "x"], &[]),
+                Allowed,
+            ),
             (
                 "scope missing: step-up",
                 vec![alt(&[], &["deploy", "read"], &[])],
                 who(idp, &["read"], &[]),
                 NeedsScopes(vec!["deploy".into(), "read".into()]),
             ),
-            ("group member", vec![alt(&[], &[], &["ops", "sre"])], who("bob", &[], &["sre"]), Allowed),
-            ("not a member", vec![alt(&[], &[], &["ops"])], who("bob", &[], &["dev"]), Denied),
+            (
+                "group member",
+                vec![alt(&[], &[], &["ops", "sre"])],
+                who("bob", &[], &["sre"]),
+                Allowed,
+            ),
+            (
+                "not a member",
+                vec![alt(&[], &[], &["ops"])],
+                who("bob", &[], &["dev"]),
+                Denied,
+            ),
             (
                 "all conditions of one alternative",
                 vec![alt(&["alice"], &["deploy"], &["ops"])],
@@ -313,11 +343,20 @@ mod tests {
             ),
             (
                 "first scope-only failure is named",
-                vec![alt(&["x"], &["a"], &[]), alt(&[], &["b"], &[]), alt(&[], &["c"], &[])],
+                vec![
+                    alt(&["x"], &["a"], &[]),
+                    alt(&[], &["b"], &[]),
+                    alt(&[], &["c"], &[]),
+                ],
                 who("y", &[], &[]),
                 NeedsScopes(vec!["b".into()]),
             ),
-            ("wildcard with scope", vec![alt(&["*"], &["s"], &[])], who("z", &["s"], &[]), Allowed),
+            (
+                "wildcard with scope",
+                vec![alt(&["*"], &["s"], &[])],
+                who("z", &["s"], &[]),
+                Allowed,
+            ),
         ];
         for (name, rule, caller, want) in table {
             assert_eq!(decide(&rule, &caller), want, "{name}");

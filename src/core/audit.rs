@@ -106,11 +106,32 @@ mod tests {
 
     #[test]
     fn run_refs_are_short_stable_and_distinct() {
-        let a = run_ref("deploy", "arn:aws:states:us-east-1:123456789012:execution:x:1");
+        let a = run_ref(
+            "deploy",
+            "arn:aws:states:us-east-1:123456789012:execution:x:1",
+        );
         assert_eq!(a.len(), 12);
-        assert_eq!(a, run_ref("deploy", "arn:aws:states:us-east-1:123456789012:execution:x:1"));
-        assert_ne!(a, run_ref("deploy", "arn:aws:states:us-east-1:123456789012:execution:x:2"));
-        assert_ne!(a, run_ref("other", "arn:aws:states:us-east-1:123456789012:execution:x:1"));
+        assert_eq!(
+            a,
+            run_ref(
+                "deploy",
+                "arn:aws:states:us-east-1:123456789012:execution:x:1"
+            )
+        );
+        assert_ne!(
+            a,
+            run_ref(
+                "deploy",
+                "arn:aws:states:us-east-1:123456789012:execution:x:2"
+            )
+        );
+        assert_ne!(
+            a,
+            run_ref(
+                "other",
+                "arn:aws:states:us-east-1:123456789012:execution:x:1"
+            )
+        );
         assert!(!a.contains("123456789012"));
     }
 }

@@ -16,11 +16,11 @@ use taskgate_engine::{
     StartRequest, ToolDecl,
 };
 
+use super::access::{AccessPolicy, Caller};
+use super::audit::{self, Action, Outcome};
 use super::config::{
     ConfigFileError, ConfigProblem, FileConfig, ServerConfig, ToolConfig, ToolMode,
 };
-use super::access::{AccessPolicy, Caller};
-use super::audit::{self, Action, Outcome};
 use super::engines;
 use super::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Keyring, Purpose, TaskClaims,
@@ -325,7 +325,14 @@ impl Gateway {
         let native = match tool.pipeline.start(request).await {
             Ok(native) => native,
             Err(e) => {
-                audit::record(Action::Start, caller, Some(tool.name()), Some(dialect), None, Outcome::Failed);
+                audit::record(
+                    Action::Start,
+                    caller,
+                    Some(tool.name()),
+                    Some(dialect),
+                    None,
+                    Outcome::Failed,
+                );
                 return Err(e.into());
             }
         };
@@ -430,9 +437,20 @@ impl Gateway {
     ) -> Result<Snapshot, CoreError> {
         self.authorize(caller, tool, Action::Cancel, dialect, Some(native))?;
         let outcome = self.cancel_authorized(tool, native).await;
-        let word = if outcome.is_ok() { Outcome::Ok } else { Outcome::Failed };
+        let word = if outcome.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::Failed
+        };
         let run = audit::run_ref(tool.name(), native);
-        audit::record(Action::Cancel, caller, Some(tool.name()), Some(dialect), Some(&run), word);
+        audit::record(
+            Action::Cancel,
+            caller,
+            Some(tool.name()),
+            Some(dialect),
+            Some(&run),
+            word,
+        );
         outcome
     }
 
@@ -472,9 +490,20 @@ impl Gateway {
         let outcome = self.answer_authorized(tool, native, responses).await;
         // An answer event is written when one reached the engine, or it failed.
         if !matches!(outcome, Ok(0)) {
-            let word = if outcome.is_ok() { Outcome::Ok } else { Outcome::Failed };
+            let word = if outcome.is_ok() {
+                Outcome::Ok
+            } else {
+                Outcome::Failed
+            };
             let run = audit::run_ref(tool.name(), native);
-            audit::record(Action::Answer, caller, Some(tool.name()), Some(dialect), Some(&run), word);
+            audit::record(
+                Action::Answer,
+                caller,
+                Some(tool.name()),
+                Some(dialect),
+                Some(&run),
+                word,
+            );
         }
         outcome
     }

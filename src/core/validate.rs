@@ -32,7 +32,10 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
         if b.caller.is_empty() || b.caller.contains('#') {
             problems.push(ConfigProblem::new(
                 format!("auth.bearer[{i}].caller"),
-                format!("{:?} must be non-empty and without '#' (OAuth callers are ISSUER#SUBJECT)", b.caller),
+                format!(
+                    "{:?} must be non-empty and without '#' (OAuth callers are ISSUER#SUBJECT)",
+                    b.caller
+                ),
             ));
         }
         match secret_from(b.token_env.as_deref(), b.token_file.as_deref(), None) {
@@ -51,7 +54,11 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
             check_rule(&format!("tools[{i}].access"), rule, problems);
         }
     }
-    let oauth = cfg.auth.oauth.as_ref().and_then(|o| check_oauth(o, problems));
+    let oauth = cfg
+        .auth
+        .oauth
+        .as_ref()
+        .and_then(|o| check_oauth(o, problems));
     let mut names = BTreeSet::new();
     let validators = cfg
         .tools
@@ -84,9 +91,17 @@ fn check_rule(key: &str, rule: &[AccessRule], problems: &mut Vec<ConfigProblem>)
                 "give at least one of callers, scopes, groups (callers = [\"*\"] admits every caller)",
             ));
         }
-        let blank = alt.callers.iter().chain(&alt.scopes).chain(&alt.groups).any(|v| v.trim().is_empty());
+        let blank = alt
+            .callers
+            .iter()
+            .chain(&alt.scopes)
+            .chain(&alt.groups)
+            .any(|v| v.trim().is_empty());
         if blank {
-            problems.push(ConfigProblem::new(format!("{key}[{j}]"), "empty names are not allowed"));
+            problems.push(ConfigProblem::new(
+                format!("{key}[{j}]"),
+                "empty names are not allowed",
+            ));
         }
     }
 }
@@ -105,7 +120,8 @@ fn is_http_url(s: &str) -> bool {
 
 fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAuthSettings> {
     let before = problems.len();
-    let mut problem = |k: &str, m: String| problems.push(ConfigProblem::new(format!("auth.oauth.{k}"), m));
+    let mut problem =
+        |k: &str, m: String| problems.push(ConfigProblem::new(format!("auth.oauth.{k}"), m));
     if !is_http_url(&o.resource) || o.resource.contains('#') {
         problem("resource", format!("{:?} must be an absolute http(s) URL without a fragment (the URL clients use for /mcp)", o.resource));
     }
@@ -121,21 +137,33 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
     let mut secrets = Vec::new();
     for (i, issuer) in o.issuers.iter().enumerate() {
         if !is_http_url(&issuer.issuer) {
-            problem(&format!("issuers[{i}].issuer"), format!("{:?} must be an absolute http(s) URL", issuer.issuer));
+            problem(
+                &format!("issuers[{i}].issuer"),
+                format!("{:?} must be an absolute http(s) URL", issuer.issuer),
+            );
         }
         if let Some(u) = &issuer.jwks_uri {
             if !is_http_url(u) {
-                problem(&format!("issuers[{i}].jwks_uri"), format!("{u:?} must be an absolute http(s) URL"));
+                problem(
+                    &format!("issuers[{i}].jwks_uri"),
+                    format!("{u:?} must be an absolute http(s) URL"),
+                );
             }
         }
         if issuer.algorithms.is_empty() {
-            problem(&format!("issuers[{i}].algorithms"), "name at least one algorithm".into());
+            problem(
+                &format!("issuers[{i}].algorithms"),
+                "name at least one algorithm".into(),
+            );
         }
         for alg in &issuer.algorithms {
             if !JWT_ALGORITHMS.contains(&alg.as_str()) {
                 problem(
                     &format!("issuers[{i}].algorithms"),
-                    format!("{alg:?} is not accepted; use one of {}", JWT_ALGORITHMS.join(", ")),
+                    format!(
+                        "{alg:?} is not accepted; use one of {}",
+                        JWT_ALGORITHMS.join(", ")
+                    ),
                 );
             }
         }
@@ -144,20 +172,32 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
             Some(intro) => {
                 if let Some(u) = &intro.endpoint {
                     if !is_http_url(u) {
-                        problem(&format!("issuers[{i}].introspection.endpoint"), format!("{u:?} must be an absolute http(s) URL"));
+                        problem(
+                            &format!("issuers[{i}].introspection.endpoint"),
+                            format!("{u:?} must be an absolute http(s) URL"),
+                        );
                     }
                 }
-                match (&intro.client_id, &intro.client_secret_env, &intro.client_secret_file) {
+                match (
+                    &intro.client_id,
+                    &intro.client_secret_env,
+                    &intro.client_secret_file,
+                ) {
                     (None, None, None) => None,
-                    (Some(_), env, file) => match secret_from(env.as_deref(), file.as_deref(), None) {
-                        Ok(s) => Some(s),
-                        Err(m) => {
-                            problem(&format!("issuers[{i}].introspection"), m);
-                            None
+                    (Some(_), env, file) => {
+                        match secret_from(env.as_deref(), file.as_deref(), None) {
+                            Ok(s) => Some(s),
+                            Err(m) => {
+                                problem(&format!("issuers[{i}].introspection"), m);
+                                None
+                            }
                         }
-                    },
+                    }
                     (None, _, _) => {
-                        problem(&format!("issuers[{i}].introspection.client_id"), "a client secret needs its client_id".into());
+                        problem(
+                            &format!("issuers[{i}].introspection.client_id"),
+                            "a client secret needs its client_id".into(),
+                        );
                         None
                     }
                 }

@@ -105,7 +105,13 @@ pub async fn route_response(
     let mut responses = Map::new();
     responses.insert(claims.key.clone(), answer);
     let forwarded = gw
-        .answer(caller, Dialect::PlainHandle, tool, &claims.native, &responses)
+        .answer(
+            caller,
+            Dialect::PlainHandle,
+            tool,
+            &claims.native,
+            &responses,
+        )
         .await
         .map_err(|e| RpcError::from_core(e, "the run was not found"))?;
     tracing::info!(tool = %tool.name(), forwarded, "client answered an input request");

@@ -79,8 +79,14 @@ pub async fn handle(
                             ))
                         }
                     };
-                    gw.answer(caller, Dialect::TasksExtension, tool, &claims.native, responses)
-                        .await?;
+                    gw.answer(
+                        caller,
+                        Dialect::TasksExtension,
+                        tool,
+                        &claims.native,
+                        responses,
+                    )
+                    .await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
                 _ => {
@@ -284,7 +290,11 @@ fn list_tools(gw: &Gateway, caller: &Caller) -> Value {
         .map(|t| tool_entry(t, Version::V2026_07_28, None))
         .collect();
     // With access rules the list depends on the caller: no shared cache.
-    let scope = if gw.access.is_uniform() { "public" } else { "private" };
+    let scope = if gw.access.is_uniform() {
+        "public"
+    } else {
+        "private"
+    };
     json!({ "resultType": "complete", "tools": tools, "ttlMs": 60_000, "cacheScope": scope })
 }
 
@@ -392,8 +402,14 @@ async fn call_tool(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !fresh.is_empty() {
-            gw.answer(caller, Dialect::TasksExtension, tool, &claims.native, &fresh)
-                .await?;
+            gw.answer(
+                caller,
+                Dialect::TasksExtension,
+                tool,
+                &claims.native,
+                &fresh,
+            )
+            .await?;
             answered.extend(fresh.keys().cloned());
             continue;
         }

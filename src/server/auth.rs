@@ -241,7 +241,11 @@ impl Authenticator {
             return self.validate_jwt(token, &header, &payload).await;
         }
         let mut tried = false;
-        for issuer in self.issuers.iter().filter(|i| i.config.introspection.is_some()) {
+        for issuer in self
+            .issuers
+            .iter()
+            .filter(|i| i.config.introspection.is_some())
+        {
             tried = true;
             match self.introspect(issuer, token).await? {
                 Some(caller) => return Ok(caller),
@@ -287,7 +291,8 @@ impl Authenticator {
         if !issuer.config.algorithms.iter().any(|a| a == alg_name) {
             return Err(AuthError::Invalid("algorithm_not_allowed"));
         }
-        let alg = Algorithm::from_str(alg_name).map_err(|_| AuthError::Invalid("algorithm_not_allowed"))?;
+        let alg = Algorithm::from_str(alg_name)
+            .map_err(|_| AuthError::Invalid("algorithm_not_allowed"))?;
         let kid = header.get("kid").and_then(Value::as_str);
         let key = self.key_for(issuer, kid, alg_name).await?;
         let mut validation = Validation::new(alg);
@@ -343,21 +348,26 @@ impl Authenticator {
             // unknown kid): use what is there.
             return match &*issuer.keys.read().expect("lock") {
                 Some(_) => Ok(()),
-                None => Err(unavailable(&issuer.config.issuer, "its keys could not be fetched recently")),
+                None => Err(unavailable(
+                    &issuer.config.issuer,
+                    "its keys could not be fetched recently",
+                )),
             };
         }
         *last = Some(Instant::now());
         let uri = match &issuer.config.jwks_uri {
             Some(u) => u.clone(),
-            None => self
-                .discover(issuer)
-                .await?
-                .jwks_uri
-                .ok_or_else(|| unavailable(&issuer.config.issuer, "its metadata names no jwks_uri"))?,
+            None => self.discover(issuer).await?.jwks_uri.ok_or_else(|| {
+                unavailable(&issuer.config.issuer, "its metadata names no jwks_uri")
+            })?,
         };
-        let set: JwkSet = self.get_json(&issuer.config.issuer, &uri).await.and_then(|v| {
-            serde_json::from_value(v).map_err(|e| unavailable(&issuer.config.issuer, format!("bad key set: {e}")))
-        })?;
+        let set: JwkSet = self
+            .get_json(&issuer.config.issuer, &uri)
+            .await
+            .and_then(|v| {
+                serde_json::from_value(v)
+                    .map_err(|e| unavailable(&issuer.config.issuer, format!("bad key set: {e}")))
+            })?;
         tracing::info!(issuer = %issuer.config.issuer, keys = set.keys.len(), "fetched the issuer's signing keys");
         *issuer.keys.write().expect("lock") = Some(Keys {
             set,
@@ -375,7 +385,10 @@ impl Authenticator {
             .await
             .map_err(|e| unavailable(issuer, format!("GET {url}: {e}")))?;
         if !resp.status().is_success() {
-            return Err(unavailable(issuer, format!("GET {url}: HTTP {}", resp.status())));
+            return Err(unavailable(
+                issuer,
+                format!("GET {url}: HTTP {}", resp.status()),
+            ));
         }
         resp.json()
             .await
@@ -393,7 +406,10 @@ impl Authenticator {
         let (origin, path) = split_url(id);
         let candidates = [
             format!("{origin}/.well-known/oauth-authorization-server{path}"),
-            format!("{}/.well-known/openid-configuration", id.trim_end_matches('/')),
+            format!(
+                "{}/.well-known/openid-configuration",
+                id.trim_end_matches('/')
+            ),
         ];
         let mut last = None;
         for url in &candidates {
@@ -403,7 +419,10 @@ impl Authenticator {
                         return Err(unavailable(id, format!("{url} names another issuer")));
                     }
                     let found = Discovered {
-                        jwks_uri: doc.get("jwks_uri").and_then(Value::as_str).map(str::to_owned),
+                        jwks_uri: doc
+                            .get("jwks_uri")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                         introspection_endpoint: doc
                             .get("introspection_endpoint")
                             .and_then(Value::as_str)
@@ -445,7 +464,10 @@ impl Authenticator {
             .await
             .map_err(|e| unavailable(id, format!("introspection: {}", e.without_url())))?;
         if !resp.status().is_success() {
-            return Err(unavailable(id, format!("introspection: HTTP {}", resp.status())));
+            return Err(unavailable(
+                id,
+                format!("introspection: HTTP {}", resp.status()),
+            ));
         }
         let claims: Value = resp
             .json()
@@ -469,7 +491,10 @@ impl Authenticator {
                 return Err(AuthError::Invalid("wrong_issuer"));
             }
         }
-        if !strings(claims.get("aud")).iter().any(|a| a == &self.config.resource) {
+        if !strings(claims.get("aud"))
+            .iter()
+            .any(|a| a == &self.config.resource)
+        {
             return Err(AuthError::Invalid("wrong_audience"));
         }
         let now = now_secs();
@@ -493,9 +518,7 @@ impl Authenticator {
 fn pick(set: &JwkSet, kid: Option<&str>, alg: &str) -> Option<DecodingKey> {
     let fits = |k: &&Jwk| {
         !matches!(k.common.public_key_use, Some(PublicKeyUse::Encryption))
-            && k.common
-                .key_algorithm
-                .is_none_or(|a| a.to_string() == alg)
+            && k.common.key_algorithm.is_none_or(|a| a.to_string() == alg)
     };
     let key = match kid {
         Some(kid) => set
@@ -522,7 +545,11 @@ fn split_url(url: &str) -> (String, String) {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    let path = path.split(['?', '#']).next().unwrap_or("").trim_end_matches('/');
+    let path = path
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('/');
     (format!("{scheme}://{authority}"), path.to_owned())
 }
 
@@ -556,7 +583,11 @@ mod tests {
     #[test]
     fn peek_recognises_only_jws_shapes() {
         let enc = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
-        let jws = format!("{}.{}.sig", enc(json!({"alg":"none"})), enc(json!({"iss":"x"})));
+        let jws = format!(
+            "{}.{}.sig",
+            enc(json!({"alg":"none"})),
+            enc(json!({"iss":"x"}))
+        );
         assert!(peek(&jws).is_some());
         assert!(peek("ory_at_abc.def").is_none());
         assert!(peek("a.b.c.d").is_none());

@@ -57,7 +57,8 @@ async fn resource_metadata(Extension(oauth): OAuth) -> Response {
 /// the resource metadata, or 503 when the token could not be checked.
 fn unauthenticated(oauth: Option<&Authenticator>, e: &AuthError) -> Response {
     if let AuthError::Unavailable { .. } = e {
-        let err = RpcError::Internal("the authorization server could not be reached; retry later".into());
+        let err =
+            RpcError::Internal("the authorization server could not be reached; retry later".into());
         let mut response = json_response(503, &err.refusal());
         response
             .headers_mut()
