@@ -328,3 +328,66 @@ fn secret_from(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems_of(extra: &str) -> Vec<String> {
+        let text = format!(
+            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }}]\n{extra}"
+        );
+        let cfg: FileConfig = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let mut problems = Vec::new();
+        check(&cfg, &mut problems);
+        problems
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn auth_and_rule_checks() {
+        let table: Vec<(&str, &str)> = vec![
+            ("[auth]\ndefault_access = [{}]\n", "auth.default_access[0]: give at least one"),
+            ("[auth]\ndefault_access = [{ callers = [\"\"] }]\n", "auth.default_access[0]: empty names"),
+            (
+                "[auth.oauth]\nresource = \"/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+                "auth.oauth.resource: \"/mcp\" must be an absolute",
+            ),
+            ("[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = []\n", "auth.oauth.issuers: name at least one"),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", algorithms = [\"HS256\"] }]\n",
+                "auth.oauth.issuers[0].algorithms: \"HS256\" is not accepted",
+            ),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", algorithms = [\"none\"] }]\n",
+                "auth.oauth.issuers[0].algorithms: \"none\" is not accepted",
+            ),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", introspection = { client_id = \"tg\", client_secret_env = \"TASKGATE_TEST_UNSET_SECRET\" } }]\n",
+                "auth.oauth.issuers[0].introspection: the environment variable TASKGATE_TEST_UNSET_SECRET is not set",
+            ),
+            (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\naccess = [{ scopes = [\"a\"] }, {}]\n",
+                "tools[0].access[1]: give at least one",
+            ),
+        ];
+        for (extra, want) in table {
+            let got = problems_of(extra);
+            assert!(
+                got.iter().any(|p| p.starts_with(want)),
+                "{extra}: want {want:?}, got {got:?}"
+            );
+        }
+        let fine = problems_of(
+            "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+        );
+        assert!(fine.is_empty(), "{fine:?}");
+    }
+}

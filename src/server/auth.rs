@@ -580,6 +580,161 @@ mod tests {
         assert!(strings(Some(&json!(3))).is_empty());
     }
 
+    /// An RSA key made by `openssl`: its PEM and its JWK `n` (base64url).
+    fn rsa_key(dir: &std::path::Path, name: &str) -> (Vec<u8>, String) {
+        let pem = dir.join(format!("{name}.pem"));
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let path = pem.to_str().unwrap();
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            path,
+        ]);
+        let modulus = run(&["rsa", "-in", path, "-noout", "-modulus"]);
+        let hex_n = modulus.trim().trim_start_matches("Modulus=");
+        let n = URL_SAFE_NO_PAD.encode(hex::decode(hex_n).unwrap());
+        (std::fs::read(&pem).unwrap(), n)
+    }
+
+    /// A stand-in issuer on a loopback port: metadata and a key set whose keys
+    /// can change, counting key-set fetches.
+    struct Idp {
+        url: String,
+        keys: std::sync::Arc<std::sync::Mutex<Value>>,
+        fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    async fn idp() -> Idp {
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let keys = std::sync::Arc::new(std::sync::Mutex::new(json!({ "keys": [] })));
+        let fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let meta = json!({ "issuer": url, "jwks_uri": format!("{url}/jwks") });
+        let (k, f) = (keys.clone(), fetches.clone());
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || {
+                    let meta = meta.clone();
+                    async move { axum::Json(meta) }
+                }),
+            )
+            .route(
+                "/jwks",
+                get(move || {
+                    let (k, f) = (k.clone(), f.clone());
+                    async move {
+                        f.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        axum::Json(k.lock().unwrap().clone())
+                    }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Idp { url, keys, fetches }
+    }
+
+    fn authenticator(issuer: &str, min_refresh: &str) -> Authenticator {
+        let toml = format!(
+            "resource = \"https://tg.test/mcp\"\njwks_min_refresh = \"{min_refresh}\"\n\
+             [[issuers]]\nissuer = \"{issuer}\"\nalgorithms = [\"RS256\"]\n"
+        );
+        let config: OAuthConfig = toml_from(&toml);
+        Authenticator::new(
+            Some(&OAuthSettings {
+                config,
+                introspection_secrets: vec![None],
+            }),
+            Vec::new(),
+        )
+        .unwrap()
+    }
+
+    fn toml_from(text: &str) -> OAuthConfig {
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .unwrap();
+        built.try_deserialize().unwrap()
+    }
+
+    fn sign(pem: &[u8], kid: &str, claims: &Value) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::RS256);
+        header.kid = Some(kid.to_owned());
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(pem).unwrap();
+        jsonwebtoken::encode(&header, claims, &key).unwrap()
+    }
+
+    #[tokio::test]
+    async fn unknown_kids_refresh_the_key_set_at_most_once_per_interval() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let (pem1, n1) = rsa_key(dir.path(), "k1");
+        let (pem2, n2) = rsa_key(dir.path(), "k2");
+        let idp = idp().await;
+        let jwk = |kid: &str, n: &str| json!({ "kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig", "n": n, "e": "AQAB" });
+        *idp.keys.lock().unwrap() = json!({ "keys": [jwk("k1", &n1)] });
+        let claims = json!({ "iss": idp.url, "sub": "svc", "aud": "https://tg.test/mcp", "exp": now_secs() + 600, "scope": "a b" });
+        let fetches = || idp.fetches.load(std::sync::atomic::Ordering::SeqCst);
+
+        let slow = authenticator(&idp.url, "1h");
+        let caller = slow.validate(&sign(&pem1, "k1", &claims)).await.unwrap();
+        assert_eq!(caller.id(), format!("{}#svc", idp.url));
+        assert!(caller.scopes().contains("b"));
+        assert_eq!(fetches(), 1);
+        slow.validate(&sign(&pem1, "k1", &claims)).await.unwrap();
+        assert_eq!(fetches(), 1, "known keys are cached");
+
+        // The issuer rotates in k2. Within the interval, unknown kids (forged or
+        // new) are refused without asking again.
+        *idp.keys.lock().unwrap() = json!({ "keys": [jwk("k1", &n1), jwk("k2", &n2)] });
+        for _ in 0..5 {
+            let e = slow
+                .validate(&sign(&pem2, "k2", &claims))
+                .await
+                .unwrap_err();
+            assert_eq!(e.reason(), "unknown_key");
+        }
+        assert_eq!(fetches(), 1, "refreshes are rate-limited");
+
+        // Past the interval, an unknown kid refetches once and is then known.
+        let fast = authenticator(&idp.url, "0s");
+        fast.validate(&sign(&pem1, "k1", &claims)).await.unwrap();
+        let before = fetches();
+        fast.validate(&sign(&pem2, "k2", &claims)).await.unwrap();
+        assert_eq!(fetches(), before, "k2 was in the set fetched for k1");
+        let (pem3, n3) = rsa_key(dir.path(), "k3");
+        *idp.keys.lock().unwrap() = json!({ "keys": [jwk("k2", &n2), jwk("k3", &n3)] });
+        fast.validate(&sign(&pem3, "k3", &claims)).await.unwrap();
+        assert_eq!(
+            fetches(),
+            before + 1,
+            "an unknown kid refreshed the set once"
+        );
+
+        // A key of the set used under another kid's name does not verify.
+        let e = fast
+            .validate(&sign(&pem1, "k3", &claims))
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "bad_signature");
+    }
+
     #[test]
     fn peek_recognises_only_jws_shapes() {
         let enc = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
