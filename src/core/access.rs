@@ -11,10 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::audit::{self, Action, Outcome};
 use super::config::{AccessRule, FileConfig};
-use super::gateway::{CoreError, Gateway, Tool};
-use super::handle::Dialect;
 
 /// Who a request comes from: the identity its task handles are bound to, and
 /// what access rules look at.
@@ -177,74 +174,6 @@ pub fn decide(rule: &[AccessRule], caller: &Caller) -> Decision {
         }
     }
     step_up.map_or(Decision::Denied, Decision::NeedsScopes)
-}
-
-impl Gateway {
-    /// True when `caller` may see and use `tool` (it is listed for it).
-    #[must_use]
-    pub fn visible_to(&self, caller: &Caller, tool: &Tool) -> bool {
-        self.access.decide(caller, tool.name()) == Decision::Allowed
-    }
-
-    /// The tool called `name`, for `caller` to call. A tool it may not use
-    /// reads as unknown, unless scopes would let it in.
-    ///
-    /// # Errors
-    ///
-    /// [`CoreError::UnknownTool`] for a tool that does not exist or that the
-    /// caller may not use; [`CoreError::InsufficientScope`] when scopes would help.
-    /// Both are audited as refusals.
-    pub fn tool_for(
-        &self,
-        caller: &Caller,
-        name: &str,
-        dialect: Dialect,
-    ) -> Result<&Tool, CoreError> {
-        let tool = self.tool(name)?;
-        self.authorize(caller, tool, Action::Start, dialect, None)?;
-        Ok(tool)
-    }
-
-    /// Checks that `caller` may do `action` on a run of `tool`, auditing a refusal.
-    ///
-    /// # Errors
-    ///
-    /// [`CoreError::InsufficientScope`] when scopes would help; otherwise
-    /// [`CoreError::UnknownTool`] for a start and [`CoreError::Forbidden`] for a
-    /// cancel or an answer (the caller already knows the tool).
-    pub fn authorize(
-        &self,
-        caller: &Caller,
-        tool: &Tool,
-        action: Action,
-        dialect: Dialect,
-        native: Option<&str>,
-    ) -> Result<(), CoreError> {
-        let refusal = match self.access.decide(caller, tool.name()) {
-            Decision::Allowed => return Ok(()),
-            Decision::NeedsScopes(scopes) => CoreError::InsufficientScope {
-                tool: tool.name().to_owned(),
-                scopes,
-            },
-            Decision::Denied if action == Action::Start => {
-                CoreError::UnknownTool(tool.name().to_owned())
-            }
-            Decision::Denied => CoreError::Forbidden(tool.name().to_owned()),
-        };
-        let reason = match &refusal {
-            CoreError::InsufficientScope { .. } => "insufficient_scope",
-            _ => "access_rule",
-        };
-        audit::record(
-            action,
-            caller.id(),
-            Some(tool.name()),
-            Some(dialect),
-            native.map(|n| audit::run_ref(tool.name(), n)).as_deref(),
-            Outcome::Refused(reason),
-        );
-        Err(refusal)
-    }
 }
 
 #[cfg(test)]
