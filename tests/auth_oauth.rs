@@ -813,6 +813,12 @@ async fn hydra_refusals_each_reach_no_engine() {
         "{}",
         denied.raw
     );
+    assert_eq!(
+        server.engine_calls().await,
+        before,
+        "a refused token, scope or rule reached an engine"
+    );
+    assert!(setup.runs().is_empty(), "no run may have started");
     // A foreign caller's handle reads as unknown.
     let alice = server.client().with_token(&token_of("alice"));
     let hers = alice
