@@ -59,6 +59,13 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
         .oauth
         .as_ref()
         .and_then(|o| check_oauth(o, problems));
+    let open_tools = cfg.tools.iter().any(|t| t.access.is_none());
+    if oauth.is_some() && cfg.auth.default_access.is_none() && open_tools {
+        tracing::warn!(
+            "auth.oauth is set and auth.default_access is not: tools without `access` are open to \
+             every valid token for this resource; set auth.default_access (a scope, say) to narrow them"
+        );
+    }
     let mut names = BTreeSet::new();
     let validators = cfg
         .tools
