@@ -56,7 +56,7 @@ export AIRFLOW__CORE__AUTH_MANAGER=airflow.api_fastapi.auth.managers.simple.simp
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$user:admin"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$home/passwords.json"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="$url/execution/"
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$home/airflow.db"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$home/airflow.db?timeout=30"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__BASE_URL="$url"

@@ -27,6 +27,8 @@ const ASSUMED_LIFETIME: Duration = Duration::from_secs(10 * 60);
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) retry_after: Option<Duration>,
+    /// Airflow's clock when it answered (the `Date` header).
+    pub(crate) date: Option<SystemTime>,
     pub(crate) body: String,
 }
 
@@ -202,12 +204,18 @@ impl Client {
         })?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
+        let date = response
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok());
         let body = response.text().await.map_err(|e| {
             EngineError::unavailable("reading Airflow's answer failed", e.without_url())
         })?;
         Ok(Answer {
             status,
             retry_after,
+            date,
             body,
         })
     }
@@ -310,11 +318,26 @@ impl Client {
         body: Option<&Value>,
         action: &str,
     ) -> Result<T, EngineError> {
+        Ok(self.call_dated(method, path, body, action).await?.0)
+    }
+
+    /// As [`Client::call`], also returning Airflow's clock at the answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub(crate) async fn call_dated<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        action: &str,
+    ) -> Result<(T, Option<SystemTime>), EngineError> {
         let answer = self.send(method, path, body).await?;
         if !answer.ok() {
             return Err(map_error(&answer, action));
         }
-        answer.json()
+        Ok((answer.json()?, answer.date))
     }
 }
 
@@ -341,6 +364,7 @@ mod tests {
         Answer {
             status: u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
             retry_after: None,
+            date: None,
             body: v["body"].to_string(),
         }
     }
@@ -366,6 +390,7 @@ mod tests {
         let forbidden = Answer {
             status: 403,
             retry_after: None,
+            date: None,
             body: r#"{"detail":"Forbidden"}"#.into(),
         };
         assert!(matches!(
@@ -388,6 +413,7 @@ mod tests {
                 &Answer {
                     status,
                     retry_after: after,
+                    date: None,
                     body: "{}".into(),
                 },
                 "x",
@@ -402,6 +428,7 @@ mod tests {
             &Answer {
                 status: 503,
                 retry_after: None,
+                date: None,
                 body: "down".into(),
             },
             "x",

@@ -178,11 +178,14 @@ impl AirflowPipeline {
             .await
     }
 
-    /// The unanswered HITL questions of a run.
-    async fn questions(&self, run_id: &str) -> Result<Vec<HitlDetail>, EngineError> {
-        let list: HitlDetails = self
+    /// The unanswered HITL questions of a run, and Airflow's clock.
+    async fn questions(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<HitlDetail>, Option<std::time::SystemTime>), EngineError> {
+        let (list, now): (HitlDetails, _) = self
             .client
-            .call(
+            .call_dated(
                 Method::GET,
                 &format!(
                     "{}/hitlDetails?response_received=false",
@@ -192,7 +195,7 @@ impl AirflowPipeline {
                 action::HITL_READ,
             )
             .await?;
-        Ok(list.hitl_details)
+        Ok((list.hitl_details, now))
     }
 
     async fn xcom(&self, run_id: &str, task_id: &str, key: &str) -> Result<Value, EngineError> {
@@ -327,19 +330,20 @@ impl Pipeline for AirflowPipeline {
         match dag_run.state.as_str() {
             "running" => {
                 let tasks = self.tasks(run_id).await?.task_instances;
-                let questions = if tasks
+                let (questions, now) = if tasks
                     .iter()
                     .any(|t| translate::may_await_input(t.state.as_deref()))
                 {
                     self.questions(run_id).await?
                 } else {
-                    Vec::new()
+                    (Vec::new(), None)
                 };
                 Ok(translate::snapshot(
                     &dag_run,
                     &Observed {
                         tasks: Some(&tasks),
                         questions: &questions,
+                        now,
                         ..Observed::default()
                     },
                 ))
@@ -441,9 +445,9 @@ impl Pipeline for AirflowPipeline {
             self.run_path(run_id),
             encode(&task_id)
         );
-        let detail: HitlDetail = self
+        let (detail, now): (HitlDetail, _) = self
             .client
-            .call(Method::GET, &path, None, action::HITL_READ)
+            .call_dated(Method::GET, &path, None, action::HITL_READ)
             .await
             .map_err(|e| match e {
                 EngineError::NotFound => not_outstanding(),
@@ -451,6 +455,13 @@ impl Pipeline for AirflowPipeline {
             })?;
         if detail.response_received || detail.task_instance.try_number != try_number {
             return Err(not_outstanding());
+        }
+        if !translate::settled(&detail, now) {
+            return Err(EngineError::Unavailable {
+                message: "Airflow is still parking the task for input; retry in a few seconds"
+                    .to_owned(),
+                source: None,
+            });
         }
         let body = translate::answer_body(&detail, response)
             .map_err(|message| EngineError::InvalidInput { message })?;

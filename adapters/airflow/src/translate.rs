@@ -3,7 +3,7 @@
 //! Table-tested on payloads captured from Airflow 3.3 (`tests/fixtures/`).
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -21,6 +21,13 @@ pub const OPTION_FIELD: &str = "option";
 /// The content property that carries the chosen options of a multiple-choice
 /// question.
 pub const OPTIONS_FIELD: &str = "options";
+
+/// How long after a HITL request was written it is shown to clients. Airflow 3.3
+/// parks the task in `awaiting_input` and only then reports the first process's exit
+/// to the scheduler; an answer that resumes the task before that report makes the
+/// scheduler fail the task ("state changed externally"). Seen on 3.3.2 with answers
+/// sent one to six seconds after the request (the scheduler was busy).
+pub const HITL_SETTLE: Duration = Duration::from_secs(10);
 
 /// A DAG run (`DAGRunResponse`), the fields taskgate reads.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -97,6 +104,9 @@ pub struct HitlDetail {
     /// Whether somebody already answered.
     #[serde(default)]
     pub response_received: bool,
+    /// When the task wrote the request.
+    #[serde(default)]
+    pub created_at: Option<String>,
     /// The waiting task instance.
     pub task_instance: TaskInstance,
 }
@@ -532,6 +542,20 @@ pub struct Observed<'a> {
     pub xcom: Option<&'a Value>,
     /// The failed tasks of a failed run, with their log tails.
     pub failed: &'a [FailedTask],
+    /// Airflow's clock when it answered the HITL query (see [`HITL_SETTLE`]).
+    pub now: Option<SystemTime>,
+}
+
+/// Whether a HITL request is old enough to be answered safely (see
+/// [`HITL_SETTLE`]); true when either time is unknown.
+#[must_use]
+pub fn settled(detail: &HitlDetail, now: Option<SystemTime>) -> bool {
+    match (timestamp(detail.created_at.as_deref()), now) {
+        (Some(created), Some(now)) => now
+            .duration_since(created)
+            .is_ok_and(|age| age >= HITL_SETTLE),
+        _ => true,
+    }
 }
 
 /// Translates one read into a [`Snapshot`].
@@ -565,7 +589,7 @@ pub fn run_state(run: &DagRun, seen: &Observed<'_>) -> RunState {
             let waiting: BTreeMap<String, InputRequest> = seen
                 .questions
                 .iter()
-                .filter(|q| !q.response_received)
+                .filter(|q| !q.response_received && settled(q, seen.now))
                 .filter(|q| {
                     tasks.iter().any(|t| {
                         t.task_id == q.task_instance.task_id
@@ -921,6 +945,26 @@ mod tests {
         );
         assert!(answer_body(q, &accept(json!({"option": "Maybe"}))).is_err());
         assert!(answer_body(q, &accept(json!({}))).is_err());
+    }
+
+    #[test]
+    fn fresh_requests_wait_until_airflow_settles() {
+        let r = run("run_awaiting_input");
+        let tasks = tis("tis_awaiting_input");
+        let questions = hitl("hitl_approval");
+        let created = timestamp(questions[0].created_at.as_deref()).unwrap();
+        let at = |after: u64| Observed {
+            tasks: Some(&tasks),
+            questions: &questions,
+            now: Some(created + Duration::from_secs(after)),
+            ..Observed::default()
+        };
+        assert!(matches!(run_state(&r, &at(9)), RunState::Working { .. }));
+        assert!(matches!(
+            run_state(&r, &at(11)),
+            RunState::InputRequired { .. }
+        ));
+        assert!(settled(&questions[0], None));
     }
 
     #[test]
