@@ -153,3 +153,20 @@ with DAG(
         return "should not run"
 
     never()
+
+
+# Runs for two minutes: only the zero-calls-while-idle test uses it, so that every
+# request for it in Airflow's access log comes from that test.
+with DAG(
+    dag_id="tg_idle",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["taskgate-tests"],
+):
+
+    @task(retries=0)
+    def idle():
+        time.sleep(120)
+
+    idle()
