@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every taskgate test: the Rust workspace (unit, engine and end-to-end tests),
 # the real MCP client suites (Python and TypeScript SDKs), the official
-# conformance suite, and the deployment checks (container image, Helm chart). Installs and starts what they need (moto, a Kubernetes control
+# conformance suite, and the deployment checks (container image, Helm chart).
+# Installs and starts what they need (moto, Airflow, ORY Hydra, a Kubernetes control
 # plane with kwok nodes, SDK environments) under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}
 # so reruns on the same machine are fast.
 #
@@ -39,6 +40,11 @@ suite() {
 
 cleanup() {
     [ -x scripts/moto/down.sh ] && scripts/moto/down.sh >/dev/null 2>&1 || true
+    [ -x scripts/hydra/down.sh ] && scripts/hydra/down.sh >/dev/null 2>&1 || true
+    if [ -n "${airflow_up_pid:-}" ]; then
+        wait "$airflow_up_pid" 2>/dev/null || true
+    fi
+    [ -x scripts/airflow/down.sh ] && scripts/airflow/down.sh >/dev/null 2>&1 || true
     if [ -n "${TASKGATE_K8S_STARTED:-}" ] && [ -x scripts/k8s/cluster-down.sh ]; then
         scripts/k8s/cluster-down.sh >/dev/null 2>&1 || true
     fi
@@ -56,6 +62,20 @@ fi
 if [ -x scripts/helm/install.sh ]; then
     scripts/helm/install.sh >"$TASKGATE_CACHE/helm-install.log" 2>&1 &
 fi
+# So does ORY Hydra, the authorization server of the OAuth tests.
+hydra_build_pid=""
+if [ -x scripts/hydra/install.sh ]; then
+    scripts/hydra/install.sh >"$TASKGATE_CACHE/hydra-install.log" 2>&1 &
+    hydra_build_pid=$!
+fi
+
+# Airflow installs (cold: about a minute) and starts (about a minute) alongside the
+# Rust build; the services step waits for it.
+airflow_up_pid=""
+if [ -x scripts/airflow/up.sh ]; then
+    scripts/airflow/up.sh >"$TASKGATE_CACHE/airflow-up.out" 2>"$TASKGATE_CACHE/airflow-up.log" &
+    airflow_up_pid=$!
+fi
 
 step "build"
 cargo build --workspace --all-targets || { echo "build failed"; exit 1; }
@@ -66,6 +86,24 @@ if out=$(scripts/moto/up.sh); then
     eval "$out"
 else
     echo "moto could not be started"
+fi
+if [ -n "$hydra_build_pid" ] && ! wait "$hydra_build_pid"; then
+    echo "building hydra failed:"
+    tail -n 30 "$TASKGATE_CACHE/hydra-install.log"
+fi
+if out=$(scripts/hydra/up.sh); then
+    eval "$out"
+else
+    echo "hydra could not be started"
+fi
+if [ -n "$airflow_up_pid" ]; then
+    if wait "$airflow_up_pid"; then
+        eval "$(cat "$TASKGATE_CACHE/airflow-up.out")"
+    else
+        echo "Airflow could not be started:"
+        tail -n 30 "$TASKGATE_CACHE/airflow-up.log"
+    fi
+    airflow_up_pid=""
 fi
 if [ -n "$k8s_build_pid" ] && ! wait "$k8s_build_pid"; then
     echo "building the Kubernetes binaries failed:"
@@ -103,6 +141,10 @@ done
 if [ -d tests/clients/python ]; then
     py=$("scripts/clients/python-setup.sh" 2>/dev/null | tail -n 1)
     suite "python mcp 2.3 clients" "$py" -m pytest -q tests/clients/python
+fi
+if [ -d tests/clients/python-oauth ]; then
+    py=$("scripts/clients/python-setup.sh" 2>/dev/null | tail -n 1)
+    suite "python mcp 2.3 oauth client (hydra)" "$py" -m pytest -q tests/clients/python-oauth
 fi
 if [ -d tests/clients/python-mcp1 ]; then
     py=$("scripts/clients/python1-setup.sh" 2>/dev/null | tail -n 1)

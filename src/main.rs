@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(name = "taskgate", version, about)]
 struct Cli {
     /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "TASKGATE_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -50,6 +50,16 @@ enum Command {
         /// The config file.
         #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
         config: PathBuf,
+        /// Show what this caller sees: a static token's caller (with its scopes and
+        /// groups), `local` for the stdio caller, or any identity (`ISSUER#SUB`).
+        #[arg(long = "as", value_name = "CALLER")]
+        as_caller: Option<String>,
+        /// Scopes the caller holds (added to a static caller's own); repeatable.
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+        /// Groups the caller is in (added to a static caller's own); repeatable.
+        #[arg(long = "group", value_name = "GROUP")]
+        groups: Vec<String>,
     },
     /// Call a tool from a terminal: start the task, show its progress, ask its
     /// questions, print its result.
@@ -182,11 +192,34 @@ async fn run(command: Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Command::Tools { config } => match taskgate::load(&config).await {
+        Command::Tools {
+            config,
+            as_caller,
+            scopes,
+            groups,
+        } => match taskgate::load(&config).await {
             Ok(gw) => {
+                let caller = as_caller.map(|name| {
+                    let base = if name == "local" {
+                        taskgate::server::local_caller(&gw)
+                    } else {
+                        gw.bearer
+                            .iter()
+                            .map(|(_, c)| c)
+                            .find(|c| c.id() == name)
+                            .cloned()
+                            .unwrap_or_else(|| taskgate::core::Caller::plain(name))
+                    };
+                    taskgate::core::Caller::new(
+                        base.id(),
+                        base.scopes().iter().cloned().chain(scopes),
+                        base.groups().iter().cloned().chain(groups),
+                    )
+                });
                 let tools: Vec<serde_json::Value> = gw
                     .tools()
                     .iter()
+                    .filter(|t| caller.as_ref().is_none_or(|c| gw.visible_to(c, t)))
                     .map(|t| {
                         taskgate::dialect::wire::tool_entry(
                             t,

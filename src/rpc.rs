@@ -83,6 +83,18 @@ pub enum RpcError {
     /// A bound of the server is reached; retryable.
     #[error("{0}")]
     Busy(String),
+    /// A valid token lacks scopes a tool's access rule asks for (HTTP 403, with a
+    /// `WWW-Authenticate: Bearer error="insufficient_scope"` challenge naming them).
+    #[error("Insufficient scope: {message}")]
+    InsufficientScope {
+        /// What was refused.
+        message: String,
+        /// The scopes that would admit the caller.
+        scopes: Vec<String>,
+    },
+    /// An access rule does not admit the caller to act on a run (HTTP 403).
+    #[error("Forbidden: {0}")]
+    AccessDenied(String),
     /// A legacy `Mcp-Session-Id` that does not open (HTTP 404).
     #[error("Session not found: initialize again")]
     SessionNotFound,
@@ -112,6 +124,7 @@ impl RpcError {
             },
             Self::Internal(_) | Self::RunFailed(_) | Self::Busy(_) => INTERNAL_ERROR,
             Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
+            Self::InsufficientScope { .. } | Self::AccessDenied(_) => INVALID_PARAMS,
             Self::SessionNotFound => INVALID_PARAMS,
         }
     }
@@ -124,6 +137,11 @@ impl RpcError {
             CoreError::NotFound => Self::NotFound(not_found.to_owned()),
             CoreError::Engine(e) => Self::Engine(e),
             busy @ CoreError::Busy(_) => Self::Busy(busy.to_string()),
+            CoreError::InsufficientScope { ref scopes, .. } => Self::InsufficientScope {
+                scopes: scopes.clone(),
+                message: e.to_string(),
+            },
+            CoreError::Forbidden(_) => Self::AccessDenied(e.to_string()),
             other @ (CoreError::UnknownTool(_)
             | CoreError::InvalidArguments { .. }
             | CoreError::NotCancellable(_)
@@ -136,7 +154,7 @@ impl RpcError {
     #[must_use]
     pub fn http_status(&self, modern: bool) -> u16 {
         match self {
-            Self::Forbidden(_) => 403,
+            Self::Forbidden(_) | Self::InsufficientScope { .. } | Self::AccessDenied(_) => 403,
             Self::Unauthorized => 401,
             Self::SessionNotFound => 404,
             Self::Parse(_) | Self::InvalidRequest(_) => 400,
@@ -197,6 +215,18 @@ impl RpcError {
             Self::Engine(EngineError::PermissionDenied { action, .. }) => {
                 Some(json!({ "deniedAction": action }))
             }
+            Self::InsufficientScope { scopes, .. } => {
+                Some(json!({ "error": "insufficient_scope", "scope": scopes.join(" ") }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The scopes a step-up challenge names, for an insufficient-scope refusal.
+    #[must_use]
+    pub fn required_scopes(&self) -> Option<&[String]> {
+        match self {
+            Self::InsufficientScope { scopes, .. } => Some(scopes),
             _ => None,
         }
     }
@@ -348,6 +378,21 @@ mod tests {
             (RpcError::Forbidden("Host not allowed"), -32600, 403, 403),
             (RpcError::Unauthorized, -32600, 401, 401),
             (RpcError::SessionNotFound, -32602, 404, 404),
+            (
+                RpcError::from(CoreError::InsufficientScope {
+                    tool: "t".into(),
+                    scopes: vec!["deploy".into()],
+                }),
+                -32602,
+                403,
+                403,
+            ),
+            (
+                RpcError::from(CoreError::Forbidden("t".into())),
+                -32602,
+                403,
+                403,
+            ),
             (RpcError::RunFailed("x".into()), -32603, 200, 200),
             (RpcError::from(CoreError::NotFound), -32602, 200, 200),
             (

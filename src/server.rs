@@ -5,6 +5,8 @@
 //! Transports hand it bytes and headers and get back a body, a status and, for
 //! HTTP, a sealed session id to send; they never call a dialect themselves.
 
+pub mod auth;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -13,8 +15,9 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 use tracing::Instrument;
 
+use crate::core::audit::{self, Action, Outcome};
 use crate::core::handle::Purpose;
-use crate::core::Gateway;
+use crate::core::{Caller, Gateway};
 use crate::dialect::session::Session;
 use crate::dialect::wire::{Outbound, Version, META_VERSION};
 use crate::dialect::{self};
@@ -54,8 +57,8 @@ impl Connection {
 /// Where a message came from.
 #[derive(Clone, Copy)]
 pub struct Inbound<'a> {
-    /// The caller's identity (bound into every handle).
-    pub caller: &'a str,
+    /// The caller (its identity is bound into every handle).
+    pub caller: &'a Caller,
     /// HTTP headers (absent on stdio).
     pub headers: Option<&'a HeaderMap>,
     /// The stdio connection (absent on HTTP).
@@ -149,38 +152,87 @@ pub struct Dispatched {
     pub status: u16,
     /// A sealed `Mcp-Session-Id` to send back (HTTP `initialize`).
     pub session_id: Option<String>,
+    /// For a 403 `insufficient_scope` refusal: the scopes to name in the challenge.
+    pub required_scopes: Option<Vec<String>>,
 }
 
-/// The caller of an HTTP request, from its bearer token; `anonymous` when no
-/// tokens are configured.
+/// The caller of an HTTP request, from its bearer token: a static token's caller,
+/// or the issuer and subject of a valid OAuth access token; `anonymous` when
+/// neither static tokens nor OAuth are configured. A refusal is audited (without
+/// the token).
 ///
 /// # Errors
 ///
-/// [`RpcError::Unauthorized`] when tokens are configured and none matches.
-pub fn identify(gw: &Gateway, headers: &HeaderMap) -> Result<String, RpcError> {
-    if gw.bearer.is_empty() {
-        return Ok("anonymous".to_owned());
+/// [`auth::AuthError`] when a token is required and none valid was presented.
+pub async fn identify(
+    gw: &Gateway,
+    oauth: Option<&auth::Authenticator>,
+    headers: &HeaderMap,
+) -> Result<Caller, auth::AuthError> {
+    if gw.bearer.is_empty() && oauth.is_none() {
+        return Ok(Caller::plain("anonymous"));
     }
+    let outcome = identify_token(gw, oauth, headers).await;
+    if let Err(e) = &outcome {
+        tracing::debug!(reason = e.reason(), "request without valid credentials");
+        if let auth::AuthError::Unavailable { .. } = e {
+            tracing::warn!(error = %e, "a token could not be checked");
+        }
+        audit::record(
+            Action::Request,
+            "",
+            None,
+            None,
+            None,
+            Outcome::Refused(e.reason()),
+        );
+    }
+    outcome
+}
+
+async fn identify_token(
+    gw: &Gateway,
+    oauth: Option<&auth::Authenticator>,
+    headers: &HeaderMap,
+) -> Result<Caller, auth::AuthError> {
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
         .unwrap_or("");
+    if presented.is_empty() {
+        return Err(auth::AuthError::Missing);
+    }
+    let mut found = None;
     for (token, caller) in &gw.bearer {
         if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) {
-            return Ok(caller.clone());
+            found = Some(caller);
         }
     }
-    Err(RpcError::Unauthorized)
+    if let Some(caller) = found {
+        return Ok(caller.clone());
+    }
+    match oauth {
+        Some(oauth) => oauth.validate(presented).await,
+        None => Err(auth::AuthError::Invalid("unknown_token")),
+    }
 }
 
-/// The caller on stdio: the local user running the server.
+/// The caller on stdio: the local user running the server (`local:USER`), with
+/// the scopes and groups of `[auth.local]`.
 #[must_use]
-pub fn local_caller() -> String {
+pub fn local_caller(gw: &Gateway) -> Caller {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "local".to_owned());
-    format!("local:{user}")
+    Caller::new(
+        format!("local:{user}"),
+        gw.local.scopes.clone(),
+        gw.local.groups.clone(),
+    )
 }
 
 /// True when a message is 2026-07-28: its `_meta` names a version, or its
@@ -329,6 +381,7 @@ pub async fn dispatch(
                         body: Some(rpc::ok(&id, result)),
                         status: 200,
                         session_id: opened.and_then(|s| keep_session(gw, inbound, s)),
+                        required_scopes: None,
                     },
                     Err(e) => {
                         log_error(&e);
@@ -336,6 +389,7 @@ pub async fn dispatch(
                             status: e.http_status(stateless),
                             body: Some(e.response(&id)),
                             session_id: None,
+                            required_scopes: e.required_scopes().map(<[String]>::to_vec),
                         }
                     }
                 }
@@ -352,6 +406,7 @@ pub async fn dispatch(
                 body: None,
                 status: 202,
                 session_id: None,
+                required_scopes: None,
             }
         }
         Message::Response { id, result, error } => {
@@ -364,6 +419,7 @@ pub async fn dispatch(
                 body: None,
                 status: 202,
                 session_id: None,
+                required_scopes: None,
             }
         }
     }

@@ -179,22 +179,167 @@ pub struct KeyConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
-    /// Static bearer tokens for HTTP. Empty: every HTTP caller is `anonymous`.
-    /// Otherwise a request without a listed token gets 401.
+    /// Static bearer tokens for HTTP. With neither these nor `[auth.oauth]`, every
+    /// HTTP caller is `anonymous`. Otherwise a request without a listed token (or a
+    /// valid OAuth access token) gets 401.
     #[serde(default)]
     pub bearer: Vec<BearerConfig>,
+    /// OAuth 2.1 access tokens (taskgate as a resource server).
+    pub oauth: Option<OAuthConfig>,
+    /// What the stdio caller (`local:<user>`, the user running taskgate) holds,
+    /// for access rules that ask for scopes or groups.
+    #[serde(default)]
+    pub local: LocalCallerConfig,
+    /// The access rule of every tool that has no `access` of its own: a list of
+    /// alternatives, as a tool's `access`. Default: `[{ callers = ["*"] }]`, every
+    /// caller who got through the front door (a listed static token, a valid access
+    /// token for this resource, or anyone when HTTP is open), which is what taskgate
+    /// did before rules existed. Write `default_access = []` to close every tool
+    /// that does not name its callers.
+    pub default_access: Option<Vec<AccessRule>>,
 }
 
 /// One static bearer token.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BearerConfig {
-    /// The caller this token identifies. Tasks are bound to it.
+    /// The caller this token identifies (no `#`, which OAuth callers use). Tasks
+    /// are bound to it.
     pub caller: String,
     /// Environment variable that holds the token.
     pub token_env: Option<String>,
     /// File that holds the token.
     pub token_file: Option<PathBuf>,
+    /// Scopes this caller holds, for access rules.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Groups (roles) this caller is in, for access rules.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// `[auth.local]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalCallerConfig {
+    /// Scopes the stdio caller holds.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Groups the stdio caller is in.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// One alternative of an access rule: it admits a caller when every condition it
+/// gives holds. At least one condition is required.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessRule {
+    /// The caller is one of these (`"*"`: any caller). Static callers by their
+    /// name, OAuth callers as `ISSUER#SUBJECT`, stdio as `local:USER`.
+    #[serde(default)]
+    pub callers: Vec<String>,
+    /// The caller holds every one of these scopes. A valid OAuth token that lacks
+    /// them is answered 403 `insufficient_scope` naming them (step-up).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The caller is in at least one of these groups (the OAuth `groups_claim`, or
+    /// a static caller's `groups`).
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// `[auth.oauth]`: accept OAuth 2.1 access tokens issued for this resource.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// This server's resource identifier: the URL clients use for `/mcp`
+    /// (`https://taskgate.example.com/mcp`). Tokens must carry it in `aud`
+    /// (RFC 8707), and the Protected Resource Metadata names it.
+    pub resource: String,
+    /// The authorization servers whose tokens are accepted.
+    pub issuers: Vec<IssuerConfig>,
+    /// Scopes listed in the Protected Resource Metadata and in the `scope` of a
+    /// 401 challenge. Default: every scope named by an access rule.
+    pub scopes_supported: Option<Vec<String>>,
+    /// The claim that, after the issuer, names the caller: the caller is
+    /// `ISSUER#VALUE`. Default `sub`.
+    #[serde(default = "default_caller_claim")]
+    pub caller_claim: String,
+    /// A claim that holds the caller's groups or roles (an array of strings, or
+    /// one space-separated string), for access rules. Default: none.
+    pub groups_claim: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`. Default `30s`.
+    #[serde(default = "default_leeway", with = "humantime_serde")]
+    pub leeway: Duration,
+    /// Deadline of every call to an authorization server (metadata, keys,
+    /// introspection). Default `5s`.
+    #[serde(default = "default_issuer_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Shortest time between two key-set fetches of one issuer (a token with an
+    /// unknown `kid` triggers one). Default `30s`.
+    #[serde(default = "default_jwks_min_refresh", with = "humantime_serde")]
+    pub jwks_min_refresh: Duration,
+    /// How long fetched keys are used before they are fetched again. Default `1h`.
+    #[serde(default = "default_jwks_max_age", with = "humantime_serde")]
+    pub jwks_max_age: Duration,
+}
+
+/// One trusted authorization server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerConfig {
+    /// Its issuer identifier, exactly as tokens carry it in `iss`; its metadata is
+    /// discovered from it (RFC 8414, then OpenID Connect discovery).
+    pub issuer: String,
+    /// The key set URL; default: the `jwks_uri` of its metadata.
+    pub jwks_uri: Option<String>,
+    /// Signature algorithms accepted for its JWT access tokens. Default
+    /// `["RS256", "ES256"]`; asymmetric algorithms only.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Token introspection (RFC 7662) for the opaque tokens it issues. Without
+    /// it, only JWT access tokens of this issuer are accepted.
+    pub introspection: Option<IntrospectionConfig>,
+}
+
+/// How taskgate introspects opaque tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionConfig {
+    /// The introspection endpoint; default: the `introspection_endpoint` of the
+    /// issuer's metadata.
+    pub endpoint: Option<String>,
+    /// taskgate's client id at the authorization server (HTTP Basic).
+    pub client_id: Option<String>,
+    /// Environment variable that holds that client's secret.
+    pub client_secret_env: Option<String>,
+    /// File that holds that client's secret.
+    pub client_secret_file: Option<PathBuf>,
+}
+
+fn default_caller_claim() -> String {
+    "sub".to_owned()
+}
+
+fn default_leeway() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_issuer_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_jwks_min_refresh() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_jwks_max_age() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn default_algorithms() -> Vec<String> {
+    vec!["RS256".to_owned(), "ES256".to_owned()]
 }
 
 /// How a tool runs, as clients see it.
@@ -266,6 +411,9 @@ pub struct ToolConfig {
     /// retry that answers it. Default `0s`: tasks are created at once.
     #[serde(default, with = "humantime_serde")]
     pub input_wait: Option<Duration>,
+    /// Who may see and call this tool (and cancel or answer its runs): a list of
+    /// alternatives, any one of which admits a caller. Default: `auth.default_access`.
+    pub access: Option<Vec<AccessRule>>,
     /// The engine-specific target (a state machine, a Job template, a workflow, a
     /// command). See each engine's section.
     #[serde(default = "empty_table")]

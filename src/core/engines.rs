@@ -11,6 +11,7 @@ pub const KINDS: &[&str] = &[
     taskgate_stepfunctions::KIND,
     taskgate_github::KIND,
     taskgate_kubernetes::KIND,
+    taskgate_airflow::KIND,
 ];
 
 /// Builds one engine from its `[engines.NAME]` table.
@@ -39,6 +40,7 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
         taskgate_stepfunctions::KIND => taskgate_stepfunctions::build(settings).await,
         taskgate_github::KIND => taskgate_github::build(settings).await,
         taskgate_kubernetes::KIND => taskgate_kubernetes::build(settings).await,
+        taskgate_airflow::KIND => taskgate_airflow::build(settings).await,
         other => Err(ConfigError::new(
             "kind",
             format!("unknown engine kind {other:?}; one of {}", KINDS.join(", ")),

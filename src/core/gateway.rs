@@ -16,6 +16,8 @@ use taskgate_engine::{
     SingleFlight, Snapshot, StartRequest, ToolDecl,
 };
 
+use super::access::{AccessPolicy, Caller, Decision};
+use super::audit::{self, Action, Outcome};
 use super::config::{
     ConfigFileError, ConfigProblem, FileConfig, ServerConfig, ToolConfig, ToolMode,
 };
@@ -57,6 +59,19 @@ pub enum CoreError {
     /// The engine said something the client must hear.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The caller's credentials lack scopes the tool's access rule asks for; a
+    /// token with them would be admitted (step-up). Nothing reached the engine.
+    #[error("Tool {tool} needs the scope {}", scopes.join(" "))]
+    InsufficientScope {
+        /// The tool.
+        tool: String,
+        /// The scopes that would admit the caller.
+        scopes: Vec<String>,
+    },
+    /// The tool's access rule does not admit the caller to cancel or answer its
+    /// runs. Nothing reached the engine.
+    #[error("Not allowed to act on runs of tool {0}")]
+    Forbidden(String),
 }
 
 /// A configured tool, bound to its engine.
@@ -94,7 +109,13 @@ pub struct Gateway {
     /// Counts engine calls (shown on `/metrics`).
     pub meter: Arc<CallMeter>,
     /// Static bearer tokens: token → caller.
-    pub bearer: Vec<(String, String)>,
+    pub bearer: Vec<(String, Caller)>,
+    /// Who may use which tool.
+    pub access: AccessPolicy,
+    /// OAuth 2.1 resource-server settings (`[auth.oauth]`), for the front door.
+    pub oauth: Option<super::validate::OAuthSettings>,
+    /// The stdio caller's scopes and groups (`[auth.local]`).
+    pub local: super::config::LocalCallerConfig,
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
     waits: Arc<WaitSlots>,
@@ -137,6 +158,8 @@ impl Gateway {
             }
         }
 
+        let access = AccessPolicy::from_config(&cfg);
+        let local = cfg.auth.local.clone();
         let meter = Arc::new(CallMeter::default());
         let mut tools = Vec::new();
         for (i, (mut tool, validator)) in cfg.tools.into_iter().zip(checked.validators).enumerate()
@@ -191,6 +214,9 @@ impl Gateway {
                 tools,
                 meter,
                 bearer: checked.bearer,
+                access,
+                local,
+                oauth: checked.oauth,
                 engines: built,
             }),
             _ => Err(ConfigFileError {
@@ -264,7 +290,7 @@ impl Gateway {
     /// [`CoreError::Engine`].
     pub async fn start(
         &self,
-        caller: &str,
+        caller: &Caller,
         tool: &Tool,
         arguments: Value,
         dialect: Dialect,
@@ -287,16 +313,17 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// [`CoreError::Engine`].
+    /// [`CoreError::Engine`]; the refusals of [`Gateway::authorize`].
     pub async fn start_retained(
         &self,
-        caller: &str,
+        caller: &Caller,
         tool: &Tool,
         arguments: Value,
         dialect: Dialect,
         run_name: Option<String>,
         retention: Duration,
     ) -> Result<Started, CoreError> {
+        self.authorize(caller, tool, Action::Start, dialect, None)?;
         let run_name = run_name.unwrap_or_else(random_run_name);
         let request = StartRequest {
             run_name,
@@ -304,7 +331,28 @@ impl Gateway {
             caller_tag: caller_tag(caller),
             keep_alive: Some(retention),
         };
-        let native = tool.pipeline.start(request).await?;
+        let native = match tool.pipeline.start(request).await {
+            Ok(native) => native,
+            Err(e) => {
+                audit::record(
+                    Action::Start,
+                    caller,
+                    Some(tool.name()),
+                    Some(dialect),
+                    None,
+                    Outcome::Failed,
+                );
+                return Err(e.into());
+            }
+        };
+        audit::record(
+            Action::Start,
+            caller,
+            Some(tool.name()),
+            Some(dialect),
+            Some(&audit::run_ref(tool.name(), &native)),
+            Outcome::Ok,
+        );
         let claims = TaskClaims {
             dialect,
             tool: tool.config.name.clone(),
@@ -404,8 +452,35 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// As [`Gateway::read`]; [`CoreError::NotCancellable`] when the engine cannot stop runs.
-    pub async fn cancel(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
+    /// As [`Gateway::read`]; [`CoreError::NotCancellable`] when the engine cannot
+    /// stop runs; the refusals of [`Gateway::authorize`] (before any engine call).
+    pub async fn cancel(
+        &self,
+        caller: &Caller,
+        dialect: Dialect,
+        tool: &Tool,
+        native: &str,
+    ) -> Result<Snapshot, CoreError> {
+        self.authorize(caller, tool, Action::Cancel, dialect, Some(native))?;
+        let outcome = self.cancel_authorized(tool, native).await;
+        let word = if outcome.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::Failed
+        };
+        let run = audit::run_ref(tool.name(), native);
+        audit::record(
+            Action::Cancel,
+            caller,
+            Some(tool.name()),
+            Some(dialect),
+            Some(&run),
+            word,
+        );
+        outcome
+    }
+
+    async fn cancel_authorized(&self, tool: &Tool, native: &str) -> Result<Snapshot, CoreError> {
         let snapshot = self.read(tool, native).await?;
         if snapshot.state.is_terminal() {
             return Ok(snapshot);
@@ -427,8 +502,39 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// [`CoreError::InvalidAnswer`] for malformed or non-conforming answers; engine errors.
+    /// [`CoreError::InvalidAnswer`] for malformed or non-conforming answers; engine
+    /// errors; the refusals of [`Gateway::authorize`] (before any engine call).
     pub async fn answer(
+        &self,
+        caller: &Caller,
+        dialect: Dialect,
+        tool: &Tool,
+        native: &str,
+        responses: &Map<String, Value>,
+    ) -> Result<usize, CoreError> {
+        self.authorize(caller, tool, Action::Answer, dialect, Some(native))?;
+        let outcome = self.answer_authorized(tool, native, responses).await;
+        // An answer event is written when one reached the engine, or it failed.
+        if !matches!(outcome, Ok(0)) {
+            let word = if outcome.is_ok() {
+                Outcome::Ok
+            } else {
+                Outcome::Failed
+            };
+            let run = audit::run_ref(tool.name(), native);
+            audit::record(
+                Action::Answer,
+                caller,
+                Some(tool.name()),
+                Some(dialect),
+                Some(&run),
+                word,
+            );
+        }
+        outcome
+    }
+
+    async fn answer_authorized(
         &self,
         tool: &Tool,
         native: &str,
@@ -475,6 +581,75 @@ impl Gateway {
                 .map_err(not_found)?;
         }
         Ok(parsed.len())
+    }
+}
+
+/// Access rules, applied by the gateway (the rules themselves are in `access.rs`).
+impl Gateway {
+    /// True when `caller` may see and use `tool` (it is listed for it).
+    #[must_use]
+    pub fn visible_to(&self, caller: &Caller, tool: &Tool) -> bool {
+        self.access.decide(caller, tool.name()) == Decision::Allowed
+    }
+
+    /// The tool called `name`, for `caller` to call. A tool it may not use
+    /// reads as unknown, unless scopes would let it in.
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::UnknownTool`] for a tool that does not exist or that the
+    /// caller may not use; [`CoreError::InsufficientScope`] when scopes would help.
+    /// Both are audited as refusals.
+    pub fn tool_for(
+        &self,
+        caller: &Caller,
+        name: &str,
+        dialect: Dialect,
+    ) -> Result<&Tool, CoreError> {
+        let tool = self.tool(name)?;
+        self.authorize(caller, tool, Action::Start, dialect, None)?;
+        Ok(tool)
+    }
+
+    /// Checks that `caller` may do `action` on a run of `tool`, auditing a refusal.
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::InsufficientScope`] when scopes would help; otherwise
+    /// [`CoreError::UnknownTool`] for a start and [`CoreError::Forbidden`] for a
+    /// cancel or an answer (the caller already knows the tool).
+    pub fn authorize(
+        &self,
+        caller: &Caller,
+        tool: &Tool,
+        action: Action,
+        dialect: Dialect,
+        native: Option<&str>,
+    ) -> Result<(), CoreError> {
+        let refusal = match self.access.decide(caller, tool.name()) {
+            Decision::Allowed => return Ok(()),
+            Decision::NeedsScopes(scopes) => CoreError::InsufficientScope {
+                tool: tool.name().to_owned(),
+                scopes,
+            },
+            Decision::Denied if action == Action::Start => {
+                CoreError::UnknownTool(tool.name().to_owned())
+            }
+            Decision::Denied => CoreError::Forbidden(tool.name().to_owned()),
+        };
+        let reason = match &refusal {
+            CoreError::InsufficientScope { .. } => "insufficient_scope",
+            _ => "access_rule",
+        };
+        audit::record(
+            action,
+            caller.id(),
+            Some(tool.name()),
+            Some(dialect),
+            native.map(|n| audit::run_ref(tool.name(), n)).as_deref(),
+            Outcome::Refused(reason),
+        );
+        Err(refusal)
     }
 }
 

@@ -3,12 +3,15 @@
 //! four things one can do with a run). It knows nothing of JSON-RPC or of any
 //! protocol version: dialects translate its values and errors to their wire.
 
+pub mod access;
+pub mod audit;
 pub mod config;
 pub mod engines;
 pub mod gateway;
 pub mod handle;
 pub mod slots;
-mod validate;
+pub mod validate;
 
+pub use access::Caller;
 pub use config::{ConfigFileError, ConfigProblem};
 pub use gateway::{CoreError, Gateway, Started, Tool};

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::config::{ConfigProblem, FileConfig, ToolConfig};
+use super::access::Caller;
+use super::config::{AccessRule, ConfigProblem, FileConfig, OAuthConfig, ToolConfig};
 use super::handle::Keyring;
 
 /// What the checks produced for building the gateway.
@@ -16,7 +17,9 @@ pub(crate) struct Checked {
     /// The sealing keys (absent when a key was at fault).
     pub keys: Option<Keyring>,
     /// Static bearer tokens: token → caller.
-    pub bearer: Vec<(String, String)>,
+    pub bearer: Vec<(String, Caller)>,
+    /// OAuth settings with their secrets read (absent when not configured).
+    pub oauth: Option<OAuthSettings>,
     /// Each tool's argument validator, in tool order (`None` for a tool at fault).
     pub validators: Vec<Option<jsonschema::Validator>>,
 }
@@ -26,10 +29,42 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     let keys = check_keys(cfg, problems);
     let mut bearer = Vec::new();
     for (i, b) in cfg.auth.bearer.iter().enumerate() {
+        if b.caller.is_empty() || b.caller.contains('#') {
+            problems.push(ConfigProblem::new(
+                format!("auth.bearer[{i}].caller"),
+                format!(
+                    "{:?} must be non-empty and without '#' (OAuth callers are ISSUER#SUBJECT)",
+                    b.caller
+                ),
+            ));
+        }
         match secret_from(b.token_env.as_deref(), b.token_file.as_deref(), None) {
-            Ok(token) => bearer.push((token, b.caller.clone())),
+            Ok(token) => bearer.push((
+                token,
+                Caller::new(b.caller.clone(), b.scopes.clone(), b.groups.clone()),
+            )),
             Err(m) => problems.push(ConfigProblem::new(format!("auth.bearer[{i}]"), m)),
         }
+    }
+    if let Some(rule) = &cfg.auth.default_access {
+        check_rule("auth.default_access", rule, problems);
+    }
+    for (i, tool) in cfg.tools.iter().enumerate() {
+        if let Some(rule) = &tool.access {
+            check_rule(&format!("tools[{i}].access"), rule, problems);
+        }
+    }
+    let oauth = cfg
+        .auth
+        .oauth
+        .as_ref()
+        .and_then(|o| check_oauth(o, problems));
+    let open_tools = cfg.tools.iter().any(|t| t.access.is_none());
+    if oauth.is_some() && cfg.auth.default_access.is_none() && open_tools {
+        tracing::warn!(
+            "auth.oauth is set and auth.default_access is not: tools without `access` are open to \
+             every valid token for this resource; set auth.default_access (a scope, say) to narrow them"
+        );
     }
     let mut names = BTreeSet::new();
     let validators = cfg
@@ -41,8 +76,146 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     Checked {
         keys,
         bearer,
+        oauth,
         validators,
     }
+}
+
+/// `[auth.oauth]` with the introspection secrets read.
+#[derive(Debug, Clone)]
+pub struct OAuthSettings {
+    /// The configuration.
+    pub config: OAuthConfig,
+    /// Per issuer (in order): its introspection client secret, if one is configured.
+    pub introspection_secrets: Vec<Option<String>>,
+}
+
+fn check_rule(key: &str, rule: &[AccessRule], problems: &mut Vec<ConfigProblem>) {
+    for (j, alt) in rule.iter().enumerate() {
+        if alt.callers.is_empty() && alt.scopes.is_empty() && alt.groups.is_empty() {
+            problems.push(ConfigProblem::new(
+                format!("{key}[{j}]"),
+                "give at least one of callers, scopes, groups (callers = [\"*\"] admits every caller)",
+            ));
+        }
+        let blank = alt
+            .callers
+            .iter()
+            .chain(&alt.scopes)
+            .chain(&alt.groups)
+            .any(|v| v.trim().is_empty());
+        if blank {
+            problems.push(ConfigProblem::new(
+                format!("{key}[{j}]"),
+                "empty names are not allowed",
+            ));
+        }
+    }
+}
+
+/// Asymmetric JWS algorithms taskgate accepts for access tokens. Symmetric ones
+/// (`HS*`) would need a secret shared with the issuer; `none` is never accepted.
+pub const JWT_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+fn is_http_url(s: &str) -> bool {
+    s.strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+}
+
+fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAuthSettings> {
+    let before = problems.len();
+    let mut problem =
+        |k: &str, m: String| problems.push(ConfigProblem::new(format!("auth.oauth.{k}"), m));
+    if !is_http_url(&o.resource) || o.resource.contains('#') {
+        problem("resource", format!("{:?} must be an absolute http(s) URL without a fragment (the URL clients use for /mcp)", o.resource));
+    }
+    if o.issuers.is_empty() {
+        problem("issuers", "name at least one authorization server".into());
+    }
+    if o.caller_claim.is_empty() {
+        problem("caller_claim", "must name a claim".into());
+    }
+    if o.timeout.is_zero() {
+        problem("timeout", "must be greater than zero".into());
+    }
+    let mut secrets = Vec::new();
+    for (i, issuer) in o.issuers.iter().enumerate() {
+        if !is_http_url(&issuer.issuer) {
+            problem(
+                &format!("issuers[{i}].issuer"),
+                format!("{:?} must be an absolute http(s) URL", issuer.issuer),
+            );
+        }
+        if let Some(u) = &issuer.jwks_uri {
+            if !is_http_url(u) {
+                problem(
+                    &format!("issuers[{i}].jwks_uri"),
+                    format!("{u:?} must be an absolute http(s) URL"),
+                );
+            }
+        }
+        if issuer.algorithms.is_empty() {
+            problem(
+                &format!("issuers[{i}].algorithms"),
+                "name at least one algorithm".into(),
+            );
+        }
+        for alg in &issuer.algorithms {
+            if !JWT_ALGORITHMS.contains(&alg.as_str()) {
+                problem(
+                    &format!("issuers[{i}].algorithms"),
+                    format!(
+                        "{alg:?} is not accepted; use one of {}",
+                        JWT_ALGORITHMS.join(", ")
+                    ),
+                );
+            }
+        }
+        let secret = match &issuer.introspection {
+            None => None,
+            Some(intro) => {
+                if let Some(u) = &intro.endpoint {
+                    if !is_http_url(u) {
+                        problem(
+                            &format!("issuers[{i}].introspection.endpoint"),
+                            format!("{u:?} must be an absolute http(s) URL"),
+                        );
+                    }
+                }
+                match (
+                    &intro.client_id,
+                    &intro.client_secret_env,
+                    &intro.client_secret_file,
+                ) {
+                    (None, None, None) => None,
+                    (Some(_), env, file) => {
+                        match secret_from(env.as_deref(), file.as_deref(), None) {
+                            Ok(s) => Some(s),
+                            Err(m) => {
+                                problem(&format!("issuers[{i}].introspection"), m);
+                                None
+                            }
+                        }
+                    }
+                    (None, _, _) => {
+                        problem(
+                            &format!("issuers[{i}].introspection.client_id"),
+                            "a client secret needs its client_id".into(),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        secrets.push(secret);
+    }
+    (problems.len() == before).then(|| OAuthSettings {
+        config: o.clone(),
+        introspection_secrets: secrets,
+    })
 }
 
 fn check_keys(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Option<Keyring> {
@@ -160,5 +333,68 @@ fn secret_from(
         _ => Err(
             "give exactly one of secret_env/token_env, secret_file/token_file or dev_secret".into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems_of(extra: &str) -> Vec<String> {
+        let text = format!(
+            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }}]\n{extra}"
+        );
+        let cfg: FileConfig = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let mut problems = Vec::new();
+        check(&cfg, &mut problems);
+        problems
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn auth_and_rule_checks() {
+        let table: Vec<(&str, &str)> = vec![
+            ("[auth]\ndefault_access = [{}]\n", "auth.default_access[0]: give at least one"),
+            ("[auth]\ndefault_access = [{ callers = [\"\"] }]\n", "auth.default_access[0]: empty names"),
+            (
+                "[auth.oauth]\nresource = \"/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+                "auth.oauth.resource: \"/mcp\" must be an absolute",
+            ),
+            ("[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = []\n", "auth.oauth.issuers: name at least one"),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", algorithms = [\"HS256\"] }]\n",
+                "auth.oauth.issuers[0].algorithms: \"HS256\" is not accepted",
+            ),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", algorithms = [\"none\"] }]\n",
+                "auth.oauth.issuers[0].algorithms: \"none\" is not accepted",
+            ),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\", introspection = { client_id = \"tg\", client_secret_env = \"TASKGATE_TEST_UNSET_SECRET\" } }]\n",
+                "auth.oauth.issuers[0].introspection: the environment variable TASKGATE_TEST_UNSET_SECRET is not set",
+            ),
+            (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\naccess = [{ scopes = [\"a\"] }, {}]\n",
+                "tools[0].access[1]: give at least one",
+            ),
+        ];
+        for (extra, want) in table {
+            let got = problems_of(extra);
+            assert!(
+                got.iter().any(|p| p.starts_with(want)),
+                "{extra}: want {want:?}, got {got:?}"
+            );
+        }
+        let fine = problems_of(
+            "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+        );
+        assert!(fine.is_empty(), "{fine:?}");
     }
 }

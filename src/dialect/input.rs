@@ -13,8 +13,8 @@ use serde_json::{json, Map, Value};
 use taskgate_engine::InputRequest;
 
 use super::wire::{Outbound, Version};
-use crate::core::handle::Purpose;
-use crate::core::{Gateway, Tool};
+use crate::core::handle::{Dialect, Purpose};
+use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
 /// Prefix of the ids of taskgate's own requests.
@@ -37,7 +37,7 @@ struct InputClaims {
 #[allow(clippy::too_many_arguments)]
 pub fn ask(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     out: &Outbound,
     tool: &Tool,
     native: &str,
@@ -82,7 +82,7 @@ pub fn ask(
 /// Engine errors while forwarding.
 pub async fn route_response(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     id: &Value,
     result: Option<&Value>,
     error: Option<&Value>,
@@ -105,7 +105,13 @@ pub async fn route_response(
     let mut responses = Map::new();
     responses.insert(claims.key.clone(), answer);
     let forwarded = gw
-        .answer(tool, &claims.native, &responses)
+        .answer(
+            caller,
+            Dialect::PlainHandle,
+            tool,
+            &claims.native,
+            &responses,
+        )
         .await
         .map_err(|e| RpcError::from_core(e, "the run was not found"))?;
     tracing::info!(tool = %tool.name(), forwarded, "client answered an input request");

@@ -25,7 +25,8 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use crate::core::config::ToolMode;
-use crate::core::Gateway;
+use crate::core::handle::Dialect;
+use crate::core::{Caller, CoreError, Gateway};
 use crate::rpc::RpcError;
 use session::Session;
 use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
@@ -38,7 +39,7 @@ use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
 /// Every failure as an [`RpcError`].
 pub async fn stateless(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     headers: Option<&HeaderMap>,
     out: Option<&Outbound>,
     method: &str,
@@ -75,7 +76,7 @@ pub fn initialize(params: &Value) -> (Session, Value) {
 /// Every failure as an [`RpcError`].
 pub async fn in_session(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     session: &Session,
     out: Option<&Outbound>,
     method: &str,
@@ -83,7 +84,7 @@ pub async fn in_session(
 ) -> Result<Value, RpcError> {
     match method {
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(list_tools(gw, session)),
+        "tools/list" => Ok(list_tools(gw, caller, session)),
         "tools/call" => call_tool(gw, caller, session, out, params).await,
         "tasks/get" | "tasks/result" | "tasks/cancel" if session.tasks() => {
             tasks_sep1686::handle(gw, caller, out, method, params).await
@@ -95,12 +96,12 @@ pub async fn in_session(
     }
 }
 
-fn list_tools(gw: &Gateway, session: &Session) -> Value {
+fn list_tools(gw: &Gateway, caller: &Caller, session: &Session) -> Value {
     let version = session.version();
     let mut tools: Vec<Value> = gw
         .tools()
         .iter()
-        .filter(|t| plain::visible(t, session))
+        .filter(|t| plain::visible(t, session) && gw.visible_to(caller, t))
         .map(|t| {
             let extra = if session.operations {
                 Some(("invocationMode", json!(operations::invocation_mode(t))))
@@ -118,7 +119,7 @@ fn list_tools(gw: &Gateway, session: &Session) -> Value {
 
 async fn call_tool(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     session: &Session,
     out: Option<&Outbound>,
     params: &Value,
@@ -130,9 +131,17 @@ async fn call_tool(
     if let Some(result) = plain::companion(gw, caller, session, name, params).await? {
         return Ok(result);
     }
-    let tool = gw
-        .tool(name)
-        .ok()
+    let dialect = if session.tasks() {
+        Dialect::TasksSep1686
+    } else {
+        Dialect::PlainHandle
+    };
+    let tool = match gw.tool_for(caller, name, dialect) {
+        Ok(tool) => Some(tool),
+        Err(e @ CoreError::InsufficientScope { .. }) => return Err(e.into()),
+        Err(_) => None,
+    };
+    let tool = tool
         .filter(|t| plain::visible(t, session) || t.config.mode == ToolMode::Async)
         .ok_or_else(|| RpcError::InvalidParams(format!("Unknown tool: {name}")))?;
     if !plain::visible(tool, session) {
@@ -192,7 +201,7 @@ pub fn cancelled_operation_token(params: &Value) -> Option<&str> {
 /// # Errors
 ///
 /// As [`operations::cancel`].
-pub async fn cancel_operation(gw: &Gateway, caller: &str, token: &str) -> Result<(), RpcError> {
+pub async fn cancel_operation(gw: &Gateway, caller: &Caller, token: &str) -> Result<(), RpcError> {
     operations::cancel(gw, caller, token).await
 }
 
@@ -204,7 +213,7 @@ pub async fn cancel_operation(gw: &Gateway, caller: &str, token: &str) -> Result
 /// Engine errors while forwarding.
 pub async fn client_response(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     id: &Value,
     result: Option<&Value>,
     error: Option<&Value>,

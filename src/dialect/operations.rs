@@ -18,7 +18,7 @@ use super::outcome::status_word;
 use super::wire::{call_tool_result, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;
-use crate::core::{CoreError, Gateway, Tool};
+use crate::core::{Caller, CoreError, Gateway, Tool};
 use crate::rpc::RpcError;
 
 const NOT_FOUND: &str = "Failed to retrieve operation: Operation not found";
@@ -64,7 +64,7 @@ fn token_of(operation: &Value) -> Result<String, RpcError> {
 /// -32602 for a token already used with other arguments; engine errors.
 pub async fn call(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     tool: &Tool,
     args: Value,
     operation: &Value,
@@ -125,7 +125,7 @@ pub async fn call(
 /// parallel (one `locate` per tool).
 async fn find<'g>(
     gw: &'g Gateway,
-    caller: &str,
+    caller: &Caller,
     token: &str,
 ) -> Result<(&'g Tool, String), RpcError> {
     let candidates: Vec<&Tool> = gw
@@ -163,7 +163,7 @@ fn token_param(params: &Value) -> Result<&str, RpcError> {
 /// Reads the run of `token`, refusing it once its keepAlive has passed.
 async fn read<'g>(
     gw: &'g Gateway,
-    caller: &str,
+    caller: &Caller,
     token: &str,
 ) -> Result<(&'g Tool, String, Snapshot), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
@@ -189,7 +189,7 @@ fn expired(tool: &Tool, snapshot: &Snapshot) -> bool {
 /// -32602 for unknown or expired tokens and results of unfinished operations.
 pub async fn handle(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     version: Version,
     out: Option<&Outbound>,
     method: &str,
@@ -237,8 +237,10 @@ pub async fn handle(
 /// # Errors
 ///
 /// As [`handle`].
-pub async fn cancel(gw: &Gateway, caller: &str, token: &str) -> Result<(), RpcError> {
+pub async fn cancel(gw: &Gateway, caller: &Caller, token: &str) -> Result<(), RpcError> {
     let (tool, native) = find(gw, caller, token).await?;
-    gw.cancel(tool, &native).await.map_err(op_error)?;
+    gw.cancel(caller, Dialect::PlainHandle, tool, &native)
+        .await
+        .map_err(op_error)?;
     Ok(())
 }

@@ -16,7 +16,7 @@ use super::session::Session;
 use super::wire::{call_tool_result, Outbound};
 use crate::core::config::{LegacyPolicy, ToolMode};
 use crate::core::handle::Dialect;
-use crate::core::{CoreError, Gateway, Tool};
+use crate::core::{Caller, CoreError, Gateway, Tool};
 use crate::rpc::RpcError;
 
 /// True when `tool` is listed for a client of `session`.
@@ -73,7 +73,7 @@ pub fn companion_entries(gw: &Gateway, session: &Session) -> Vec<Value> {
 /// Engine errors; a failed run → -32603.
 pub async fn call(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     session: &Session,
     out: Option<&Outbound>,
     tool: &Tool,
@@ -111,7 +111,7 @@ fn version_structured(session: &Session) -> bool {
 /// progress token, input requests when it declared elicitation (2025-06-18+).
 async fn wait_call(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     session: &Session,
     out: Option<&Outbound>,
     tool: &Tool,
@@ -185,7 +185,7 @@ async fn wait_call(
 /// The companion tools of the `handles` policy; `None` when `name` is not one.
 pub async fn companion(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     session: &Session,
     name: &str,
     params: &Value,
@@ -232,7 +232,8 @@ pub async fn companion(
             ),
         },
         _ => {
-            gw.cancel(tool, &claims.native).await?;
+            gw.cancel(caller, Dialect::PlainHandle, tool, &claims.native)
+                .await?;
             text_result(format!("Cancellation of {} requested.", tool.name()), false)
         }
     }))

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::core::handle::{short, Dialect, TaskClaims};
-use crate::core::{Gateway, Tool};
+use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
 /// Opens the task named by `params.taskId` for `caller` in `dialect` and notes it
@@ -15,7 +15,7 @@ use crate::rpc::RpcError;
 /// that does not open, alike for every reason.
 pub fn open_task<'p, 'g>(
     gw: &'g Gateway,
-    caller: &str,
+    caller: &Caller,
     dialect: Dialect,
     params: &'p Value,
 ) -> Result<(&'p str, TaskClaims, &'g Tool), RpcError> {

@@ -22,7 +22,7 @@ use super::wire::{
 };
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
-use crate::core::{Gateway, Tool};
+use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
 /// What one modern request declared.
@@ -39,7 +39,7 @@ struct Declared {
 /// Every failure as an [`RpcError`].
 pub async fn handle(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     headers: Option<&HeaderMap>,
     out: Option<&Outbound>,
     method: &str,
@@ -56,7 +56,7 @@ pub async fn handle(
     }
     match method {
         "server/discover" => Ok(discover()),
-        "tools/list" => Ok(list_tools(gw)),
+        "tools/list" => Ok(list_tools(gw, caller)),
         "tools/call" => call_tool(gw, caller, out, params, &declared).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declared.tasks {
@@ -79,11 +79,19 @@ pub async fn handle(
                             ))
                         }
                     };
-                    gw.answer(tool, &claims.native, responses).await?;
+                    gw.answer(
+                        caller,
+                        Dialect::TasksExtension,
+                        tool,
+                        &claims.native,
+                        responses,
+                    )
+                    .await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
                 _ => {
-                    gw.cancel(tool, &claims.native).await?;
+                    gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
+                        .await?;
                     Ok(json!({ "resultType": "complete" }))
                 }
             }
@@ -274,18 +282,25 @@ fn discover() -> Value {
     })
 }
 
-fn list_tools(gw: &Gateway) -> Value {
+fn list_tools(gw: &Gateway, caller: &Caller) -> Value {
     let tools: Vec<Value> = gw
         .tools()
         .iter()
+        .filter(|t| gw.visible_to(caller, t))
         .map(|t| tool_entry(t, Version::V2026_07_28, None))
         .collect();
-    json!({ "resultType": "complete", "tools": tools, "ttlMs": 60_000, "cacheScope": "public" })
+    // With access rules the list depends on the caller: no shared cache.
+    let scope = if gw.access.is_uniform() {
+        "public"
+    } else {
+        "private"
+    };
+    json!({ "resultType": "complete", "tools": tools, "ttlMs": 60_000, "cacheScope": scope })
 }
 
 async fn call_tool(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     out: Option<&Outbound>,
     params: &Value,
     declared: &Declared,
@@ -294,7 +309,7 @@ async fn call_tool(
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
-    let tool = gw.tool(name)?;
+    let tool = gw.tool_for(caller, name, Dialect::TasksExtension)?;
     let args = gw.check_arguments(tool, params.get("arguments"))?;
     let as_task = declared.tasks && tool.is_long_running();
     if !as_task && tool.config.mode == ToolMode::Async {
@@ -393,7 +408,14 @@ async fn call_tool(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !fresh.is_empty() {
-            gw.answer(tool, &claims.native, &fresh).await?;
+            gw.answer(
+                caller,
+                Dialect::TasksExtension,
+                tool,
+                &claims.native,
+                &fresh,
+            )
+            .await?;
             answered.extend(fresh.keys().cloned());
             continue;
         }

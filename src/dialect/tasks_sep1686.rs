@@ -13,7 +13,7 @@ use super::task_ref::open_task;
 use super::wire::{call_tool_result, timestamp, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
-use crate::core::{Gateway, Tool};
+use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -42,7 +42,7 @@ pub fn execution(tool: &Tool) -> Option<Value> {
 /// -32601 when the tool cannot run as a task; argument and engine errors.
 pub async fn call_as_task(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     tool: &Tool,
     args: Value,
 ) -> Result<Value, RpcError> {
@@ -107,7 +107,7 @@ pub fn task_view(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Sna
 /// -32603 for a failed or cancelled task's result; engine errors.
 pub async fn handle(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     out: Option<&Outbound>,
     method: &str,
     params: &Value,
@@ -119,7 +119,9 @@ pub async fn handle(
             Ok(task_view(task_id, &claims, tool, &snapshot))
         }
         "tasks/cancel" => {
-            let snapshot = gw.cancel(tool, &claims.native).await?;
+            let snapshot = gw
+                .cancel(caller, Dialect::TasksSep1686, tool, &claims.native)
+                .await?;
             if snapshot.state.is_terminal() {
                 let status = task_view(task_id, &claims, tool, &snapshot)["status"].clone();
                 return Err(RpcError::InvalidParams(format!(
@@ -140,7 +142,7 @@ pub async fn handle(
 /// run is terminal; input requests go to the client on this request's stream.
 async fn result(
     gw: &Gateway,
-    caller: &str,
+    caller: &Caller,
     out: Option<&Outbound>,
     task_id: &str,
     claims: &TaskClaims,

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,20 +18,62 @@ use serde_json::Value;
 
 use crate::core::Gateway;
 use crate::rpc::RpcError;
+use crate::server::auth::{AuthError, Authenticator};
 use crate::server::{self, Admitted, Dispatched, Inbound};
+
+/// The OAuth resource server of this router, if `[auth.oauth]` is configured.
+type OAuth = Extension<Option<Arc<Authenticator>>>;
 
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let limit = gw.server.max_body_bytes;
-    Router::new()
+    let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
+    let mut router = Router::new()
         .route(
             "/mcp",
             post(mcp).get(method_not_allowed).delete(method_not_allowed),
         )
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics));
+    if let Some(o) = &oauth {
+        for path in o.metadata_paths() {
+            router = router.route(&path, get(resource_metadata));
+        }
+    }
+    router
+        .layer(Extension(oauth))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gw)
+}
+
+/// RFC 9728 Protected Resource Metadata.
+async fn resource_metadata(Extension(oauth): OAuth) -> Response {
+    match oauth {
+        Some(o) => json_response(200, &o.metadata()),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// A request whose credentials were refused: 401 with a challenge pointing at
+/// the resource metadata, or 503 when the token could not be checked.
+fn unauthenticated(oauth: Option<&Authenticator>, e: &AuthError) -> Response {
+    if let AuthError::Unavailable { .. } = e {
+        let err =
+            RpcError::Internal("the authorization server could not be reached; retry later".into());
+        let mut response = json_response(503, &err.refusal());
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return response;
+    }
+    let mut response = refused(&RpcError::Unauthorized);
+    if let Some(o) = oauth {
+        let error = (!matches!(e, AuthError::Missing)).then_some("invalid_token");
+        if let Ok(v) = HeaderValue::from_str(&o.challenge(error, None)) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+    }
+    response
 }
 
 /// How long requests in flight may take to finish once the server is told to stop.
@@ -176,7 +218,12 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
     })
 }
 
-async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn mcp(
+    State(gw): State<Arc<Gateway>>,
+    Extension(oauth): OAuth,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
         if !host_allowed(&gw, host) {
             return forbidden("Host not allowed");
@@ -188,9 +235,9 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
             return forbidden("Origin not allowed");
         }
     }
-    let caller = match server::identify(&gw, &headers) {
+    let caller = match server::identify(&gw, oauth.as_deref(), &headers).await {
         Ok(c) => c,
-        Err(e) => return refused(&e),
+        Err(e) => return unauthenticated(oauth.as_deref(), &e),
     };
     let inbound = Inbound {
         caller: &caller,
@@ -213,13 +260,23 @@ async fn mcp(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) ->
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     if admitted.may_stream() && accepts_sse {
-        return streamed(gw, caller, headers, admitted).await;
+        return streamed(gw, caller, headers, admitted, oauth).await;
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
-    finish(dispatched)
+    finish(dispatched, oauth.as_deref())
 }
 
-fn finish(dispatched: Dispatched) -> Response {
+fn finish(dispatched: Dispatched, oauth: Option<&Authenticator>) -> Response {
+    let challenge = dispatched
+        .required_scopes
+        .as_deref()
+        .map(|scopes| match oauth {
+            Some(o) => o.challenge(Some("insufficient_scope"), Some(scopes)),
+            None => format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+                scopes.join(" ")
+            ),
+        });
     let mut response = match &dispatched.body {
         Some(body) => json_response(dispatched.status, body),
         None => StatusCode::ACCEPTED.into_response(),
@@ -228,6 +285,9 @@ fn finish(dispatched: Dispatched) -> Response {
         if let Ok(v) = HeaderValue::from_str(&id) {
             response.headers_mut().insert("mcp-session-id", v);
         }
+    }
+    if let Some(v) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     response
 }
@@ -241,9 +301,10 @@ fn sse_event(message: &Value) -> Bytes {
 /// (progress, input requests) followed by the response.
 async fn streamed(
     gw: Arc<Gateway>,
-    caller: String,
+    caller: crate::core::Caller,
     headers: HeaderMap,
     admitted: Admitted,
+    oauth: Option<Arc<Authenticator>>,
 ) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let mut work = Box::pin(async move {
@@ -257,7 +318,7 @@ async fn streamed(
     let first = tokio::select! {
         dispatched = &mut work => {
             match rx.try_recv() {
-                Err(_) => return finish(dispatched),
+                Err(_) => return finish(dispatched, oauth.as_deref()),
                 Ok(first) => {
                     // Messages were queued just before the response: stream them all.
                     let mut events = vec![sse_event(&first)];

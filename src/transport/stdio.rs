@@ -25,7 +25,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let caller = Arc::new(server::local_caller());
+    let caller = Arc::new(server::local_caller(&gw));
     let connection = Arc::new(Connection::new());
     let in_flight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();

@@ -1,0 +1,452 @@
+//! The only module that talks to Airflow: one HTTP client with connect and read
+//! timeouts, the access token (minted at `/auth/token`, renewed before it expires and
+//! once when Airflow refuses it), and [`map_error`], the one place Airflow's refusals
+//! become [`EngineError`]s.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use taskgate_engine::{ConfigError, EngineError};
+use tokio::sync::Mutex;
+
+use crate::config::{Auth, Validated};
+
+/// How long before its expiry a minted token is renewed.
+const RENEW_BEFORE: Duration = Duration::from_secs(60);
+
+/// The lifetime assumed for a token whose expiry cannot be read.
+const ASSUMED_LIFETIME: Duration = Duration::from_secs(10 * 60);
+
+/// One answer from Airflow, whatever its status.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<Duration>,
+    /// Airflow's clock when it answered (the `Date` header).
+    pub(crate) date: Option<SystemTime>,
+    pub(crate) body: String,
+}
+
+impl Answer {
+    pub(crate) fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
+        serde_json::from_str(&self.body).map_err(|e| EngineError::Internal {
+            message: format!(
+                "Airflow answered a body taskgate cannot read (HTTP {})",
+                self.status
+            ),
+            source: Some(Box::new(e)),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Minted {
+    token: String,
+    renew_at: u64,
+}
+
+/// An Airflow REST client shared by an engine's pipelines.
+#[derive(Clone)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    base_url: String,
+    auth: Arc<Auth>,
+    minted: Arc<Mutex<Option<Minted>>>,
+    calls: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_epoch() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The `exp` claim of a JWT, without checking its signature (Airflow does that).
+pub(crate) fn jwt_expiry(token: &str) -> Option<u64> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()?
+        .get("exp")?
+        .as_u64()
+}
+
+/// Airflow's explanation in an error body (`detail`, a string or an object).
+pub(crate) fn detail(body: &str) -> String {
+    match serde_json::from_str::<Value>(body) {
+        Ok(v) => match v.get("detail") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Object(o)) => o
+                .get("reason")
+                .or_else(|| o.get("message"))
+                .and_then(Value::as_str)
+                .map_or_else(|| Value::Object(o.clone()).to_string(), str::to_owned),
+            Some(other) => other.to_string(),
+            None => body.chars().take(200).collect(),
+        },
+        Err(_) => body.chars().take(200).collect(),
+    }
+}
+
+/// Maps a non-2xx answer to an [`EngineError`]: 401 → permission denied for
+/// authentication, 403 → permission denied for `action`, 404 → not found, 409 →
+/// conflict, 400/422 → invalid input, 429 → throttled, 503 → throttled when Airflow
+/// says when to retry and unavailable otherwise, any other status → unavailable.
+pub(crate) fn map_error(answer: &Answer, action: &str) -> EngineError {
+    let message = detail(&answer.body);
+    match answer.status {
+        401 => EngineError::PermissionDenied {
+            action: "authentication".to_owned(),
+            message: format!("Airflow refused the credentials: {message}"),
+        },
+        403 => EngineError::PermissionDenied {
+            action: action.to_owned(),
+            message,
+        },
+        404 => EngineError::NotFound,
+        409 => EngineError::Conflict { message },
+        400 | 422 => EngineError::InvalidInput { message },
+        429 => EngineError::Throttled {
+            retry_after: answer.retry_after,
+            message: format!("Airflow is rate limiting: {message}"),
+        },
+        503 if answer.retry_after.is_some() => EngineError::Throttled {
+            retry_after: answer.retry_after,
+            message: format!("Airflow is unavailable for now: {message}"),
+        },
+        status => EngineError::Unavailable {
+            message: format!("Airflow answered HTTP {status}: {message}"),
+            source: None,
+        },
+    }
+}
+
+/// A refusal that a fresh token may cure: Airflow answers 401 without a token and
+/// 403 "Invalid JWT token" for an expired or foreign one.
+fn token_refused(answer: &Answer) -> bool {
+    answer.status == 401
+        || (answer.status == 403 && detail(&answer.body).to_ascii_lowercase().contains("token"))
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    // Airflow (and the proxies before it) send delta-seconds.
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+impl Client {
+    /// Builds the client. No request is made.
+    pub(crate) fn new(settings: &Validated) -> Result<Self, ConfigError> {
+        let http = reqwest::Client::builder()
+            .use_rustls_tls()
+            .danger_accept_invalid_certs(!settings.tls_verify)
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.read_timeout)
+            .user_agent(concat!("taskgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ConfigError::new("", format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base_url: settings.base_url.clone(),
+            auth: Arc::new(settings.auth.clone()),
+            minted: Arc::new(Mutex::new(None)),
+            calls: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// How many HTTP requests this client sent (token requests included).
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    async fn send_raw(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Answer, EngineError> {
+        let mut request = self
+            .http
+            .request(method.clone(), url)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let response = request.send().await.map_err(|e| {
+            EngineError::unavailable(
+                format!("Airflow could not be reached ({method} request)"),
+                e.without_url(),
+            )
+        })?;
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        let date = response
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok());
+        let body = response.text().await.map_err(|e| {
+            EngineError::unavailable("reading Airflow's answer failed", e.without_url())
+        })?;
+        Ok(Answer {
+            status,
+            retry_after,
+            date,
+            body,
+        })
+    }
+
+    /// The bearer token to send: the static one, or a minted one still valid, or a
+    /// freshly minted one. `refresh` forgets the minted one first.
+    async fn token(&self, refresh: bool) -> Result<String, EngineError> {
+        let (username, password) = match self.auth.as_ref() {
+            Auth::Token(token) => return Ok(token.clone()),
+            Auth::Password { username, password } => (username, password),
+        };
+        let mut minted = self.minted.lock().await;
+        if refresh {
+            *minted = None;
+        }
+        if let Some(m) = minted.as_ref() {
+            if now_epoch() < m.renew_at {
+                return Ok(m.token.clone());
+            }
+        }
+        let body = serde_json::json!({"username": username, "password": password});
+        let answer = self
+            .send_raw(
+                Method::POST,
+                &format!("{}/auth/token", self.base_url),
+                None,
+                Some(&body),
+            )
+            .await?;
+        if !answer.ok() {
+            let mut e = map_error(&answer, "authentication");
+            if let EngineError::PermissionDenied { action, .. } = &mut e {
+                "authentication".clone_into(action);
+            }
+            if answer.status == 404 {
+                return Err(EngineError::PermissionDenied {
+                    action: "authentication".to_owned(),
+                    message: "Airflow has no token endpoint at /auth/token (another auth manager?); use token_env or token_file".to_owned(),
+                });
+            }
+            return Err(e);
+        }
+        let token = answer
+            .json::<Value>()?
+            .get("access_token")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                EngineError::internal("Airflow's token endpoint returned no access_token")
+            })?;
+        let expiry = jwt_expiry(&token).unwrap_or_else(|| now_epoch() + ASSUMED_LIFETIME.as_secs());
+        let renew_at = expiry
+            .saturating_sub(RENEW_BEFORE.as_secs())
+            .max(now_epoch() + 1);
+        tracing::debug!("minted an Airflow access token");
+        *minted = Some(Minted {
+            token: token.clone(),
+            renew_at,
+        });
+        Ok(token)
+    }
+
+    /// Sends one request to `path` (under the base URL, such as `/api/v2/dags/x`) and
+    /// returns Airflow's answer whatever its status. A refused minted token is renewed
+    /// once.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unavailable`] when Airflow cannot be reached; the errors of
+    /// minting a token.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, EngineError> {
+        let url = format!("{}{path}", self.base_url);
+        let token = self.token(false).await?;
+        let answer = self
+            .send_raw(method.clone(), &url, Some(&token), body)
+            .await?;
+        tracing::debug!(%method, path, status = answer.status, "airflow request");
+        if token_refused(&answer) && matches!(self.auth.as_ref(), Auth::Password { .. }) {
+            let token = self.token(true).await?;
+            return self.send_raw(method, &url, Some(&token), body).await;
+        }
+        Ok(answer)
+    }
+
+    /// As [`Client::send`], then maps any non-2xx answer with [`map_error`] (`action`
+    /// names the Airflow permission the request needs) and parses the body.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        action: &str,
+    ) -> Result<T, EngineError> {
+        Ok(self.call_dated(method, path, body, action).await?.0)
+    }
+
+    /// As [`Client::call`], also returning Airflow's clock at the answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub(crate) async fn call_dated<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        action: &str,
+    ) -> Result<(T, Option<SystemTime>), EngineError> {
+        let answer = self.send(method, path, body).await?;
+        if !answer.ok() {
+            return Err(map_error(&answer, action));
+        }
+        Ok((answer.json()?, answer.date))
+    }
+}
+
+/// Percent-encodes `text` for a path segment or a query value.
+pub(crate) fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Answer {
+        let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        Answer {
+            status: u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
+            retry_after: None,
+            date: None,
+            body: v["body"].to_string(),
+        }
+    }
+
+    #[test]
+    fn captured_refusals_map_to_engine_errors() {
+        assert!(matches!(
+            map_error(&fixture("run_unknown_404"), "DAG Runs: read"),
+            EngineError::NotFound
+        ));
+        assert!(matches!(
+            map_error(&fixture("trigger_duplicate_409"), "DAG Runs: create"),
+            EngineError::Conflict { ref message } if message.contains("Unique constraint")
+        ));
+        assert!(matches!(
+            map_error(&fixture("hitl_answer_form_invalid"), "HITL Detail: edit"),
+            EngineError::InvalidInput { ref message } if message.contains("Invalid options")
+        ));
+        assert!(matches!(
+            map_error(&fixture("unauthenticated_401"), "DAGs: read"),
+            EngineError::PermissionDenied { ref action, .. } if action == "authentication"
+        ));
+        let forbidden = Answer {
+            status: 403,
+            retry_after: None,
+            date: None,
+            body: r#"{"detail":"Forbidden"}"#.into(),
+        };
+        assert!(matches!(
+            map_error(&forbidden, "DAG Runs: create"),
+            EngineError::PermissionDenied { ref action, .. } if action == "DAG Runs: create"
+        ));
+        assert!(!token_refused(&forbidden));
+        assert!(token_refused(&fixture("bad_token_403")));
+        assert!(token_refused(&fixture("unauthenticated_401")));
+    }
+
+    #[test]
+    fn throttling_is_retryable_never_a_failure() {
+        for (status, after) in [
+            (429, Some(Duration::from_secs(7))),
+            (429, None),
+            (503, Some(Duration::from_secs(3))),
+        ] {
+            let e = map_error(
+                &Answer {
+                    status,
+                    retry_after: after,
+                    date: None,
+                    body: "{}".into(),
+                },
+                "x",
+            );
+            assert!(
+                matches!(e, EngineError::Throttled { .. }),
+                "{status}: {e:?}"
+            );
+            assert_eq!(e.retry_after(), after);
+        }
+        let e = map_error(
+            &Answer {
+                status: 503,
+                retry_after: None,
+                date: None,
+                body: "down".into(),
+            },
+            "x",
+        );
+        assert!(matches!(e, EngineError::Unavailable { .. }) && e.is_retryable());
+    }
+
+    #[test]
+    fn reads_token_expiry() {
+        // The payload of a token minted by Airflow 3.3 (signature cut).
+        let token = "eyJhbGciOiJIUzUxMiJ9.eyJzdWIiOiJ0YXNrZ2F0ZSIsImV4cCI6MTc5NjM2NzgzNiwiaWF0IjoxNzk2MjgxNDM2fQ.x";
+        assert_eq!(jwt_expiry(token), Some(1_796_367_836));
+        assert_eq!(jwt_expiry("opaque"), None);
+    }
+
+    #[test]
+    fn encoding() {
+        assert_eq!(encode("a b/c"), "a%20b%2Fc");
+        assert_eq!(encode("tg-1.x_y"), "tg-1.x_y");
+    }
+}

@@ -1,0 +1,585 @@
+//! The Apache Airflow engine of taskgate: a tool call triggers a DAG run whose
+//! `dag_run_id` is taskgate's run name; its status is the run's state and its task
+//! instances; cancel marks the run failed with a note saying taskgate cancelled it;
+//! a task awaiting human input (Airflow's HITL operators) asks the client, and the
+//! answer goes back through Airflow's HITL API. Everything goes through Airflow's
+//! stable REST API (`/api/v2`, Airflow 3).
+//!
+//! The engine keeps nothing: a [`NativeRef`] is `dag_id/dag_run_id`, and every read
+//! asks Airflow again. See `README.md` beside this crate for the settings, the tool
+//! target, the state mapping and the calls each request makes.
+
+mod client;
+mod config;
+mod translate;
+
+use std::sync::Arc;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use taskgate_engine::{
+    async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
+    NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+};
+
+use client::{encode, Client};
+use config::{BoundTarget, Validated};
+pub use config::{EngineSettings, ResultXcom, ToolTarget};
+use translate::{DagRun, FailedTask, HitlDetail, HitlDetails, Observed, TaskInstances};
+pub use translate::{CANCEL_NOTE, OPTIONS_FIELD, OPTION_FIELD};
+
+/// The `kind` of this engine in `[engines.NAME]`.
+pub const KIND: &str = "airflow";
+
+/// The most task instances one read lists (Airflow's default page limit).
+const TASK_PAGE: u32 = 100;
+
+/// Builds the engine from its `[engines.NAME]` table (without `kind`). Reads the
+/// password or token; makes no request.
+///
+/// # Errors
+///
+/// A [`ConfigError`] keyed relative to the engine table.
+pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
+    Ok(Arc::new(AirflowEngine::new(settings)?))
+}
+
+/// A configured Airflow engine.
+#[derive(Debug)]
+pub struct AirflowEngine {
+    client: Client,
+    base_url: String,
+}
+
+impl AirflowEngine {
+    /// Builds the engine from its `[engines.NAME]` table (without `kind`). No request
+    /// is made.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed relative to the engine table.
+    pub fn new(settings: Value) -> Result<Self, ConfigError> {
+        let settings: EngineSettings = from_value(settings)?;
+        let validated: Validated = settings.validate()?;
+        Ok(Self {
+            client: Client::new(&validated)?,
+            base_url: validated.base_url,
+        })
+    }
+
+    /// Binds a tool, returning the concrete pipeline type (tests use it to count
+    /// requests with [`AirflowPipeline::api_calls`]).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed relative to the tool (`target.dag_id`, …).
+    pub fn bind_pipeline(&self, tool: &ToolDecl) -> Result<AirflowPipeline, ConfigError> {
+        let target = tool.target::<ToolTarget>()?.validate()?;
+        Ok(AirflowPipeline {
+            client: self.client.clone(),
+            target,
+            input_schema: tool.input_schema.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl Engine for AirflowEngine {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        Ok(Arc::new(self.bind_pipeline(tool)?))
+    }
+
+    async fn probe(&self) -> Result<Vec<String>, EngineError> {
+        let version: Value = self
+            .client
+            .call(Method::GET, "/api/v2/version", None, "authentication")
+            .await?;
+        Ok(vec![format!(
+            "Airflow {} at {} accepts the credentials",
+            version
+                .get("version")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+            self.base_url
+        )])
+    }
+}
+
+/// A tool bound to a DAG.
+#[derive(Debug)]
+pub struct AirflowPipeline {
+    client: Client,
+    target: BoundTarget,
+    input_schema: Value,
+}
+
+/// The Airflow permissions (as Airflow's auth managers name resources) each request
+/// needs, for permission errors.
+mod action {
+    pub(crate) const DAG_READ: &str = "DAGs: read";
+    pub(crate) const RUN_CREATE: &str = "DAG Runs: create";
+    pub(crate) const RUN_READ: &str = "DAG Runs: read";
+    pub(crate) const RUN_EDIT: &str = "DAG Runs: edit";
+    pub(crate) const TI_READ: &str = "Task Instances: read";
+    pub(crate) const LOG_READ: &str = "Task Logs: read";
+    pub(crate) const XCOM_READ: &str = "XComs: read";
+    pub(crate) const HITL_READ: &str = "HITL Detail: read";
+    pub(crate) const HITL_EDIT: &str = "HITL Detail: edit";
+}
+
+impl AirflowPipeline {
+    /// How many HTTP requests this pipeline's engine has sent so far (all its
+    /// pipelines share one client), token requests included.
+    #[must_use]
+    pub fn api_calls(&self) -> u64 {
+        self.client.calls()
+    }
+
+    fn dag(&self) -> String {
+        format!("/api/v2/dags/{}", encode(&self.target.dag_id))
+    }
+
+    fn run_path(&self, run_id: &str) -> String {
+        format!("{}/dagRuns/{}", self.dag(), encode(run_id))
+    }
+
+    /// The run id of a reference to a run of this tool's DAG; anything else reads as
+    /// not found.
+    fn own<'a>(&self, run: &'a NativeRef) -> Result<&'a str, EngineError> {
+        let (dag, run_id) = run.split_once('/').ok_or(EngineError::NotFound)?;
+        if dag != self.target.dag_id || run_id.is_empty() {
+            return Err(EngineError::NotFound);
+        }
+        Ok(run_id)
+    }
+
+    fn reference(&self, run_id: &str) -> NativeRef {
+        format!("{}/{run_id}", self.target.dag_id)
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<DagRun, EngineError> {
+        self.client
+            .call(Method::GET, &self.run_path(run_id), None, action::RUN_READ)
+            .await
+    }
+
+    async fn tasks(&self, run_id: &str) -> Result<TaskInstances, EngineError> {
+        self.client
+            .call(
+                Method::GET,
+                &format!("{}/taskInstances?limit={TASK_PAGE}", self.run_path(run_id)),
+                None,
+                action::TI_READ,
+            )
+            .await
+    }
+
+    /// The unanswered HITL questions of a run, and Airflow's clock.
+    async fn questions(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<HitlDetail>, Option<std::time::SystemTime>), EngineError> {
+        let (list, now): (HitlDetails, _) = self
+            .client
+            .call_dated(
+                Method::GET,
+                &format!(
+                    "{}/hitlDetails?response_received=false",
+                    self.run_path(run_id)
+                ),
+                None,
+                action::HITL_READ,
+            )
+            .await?;
+        Ok((list.hitl_details, now))
+    }
+
+    async fn xcom(&self, run_id: &str, task_id: &str, key: &str) -> Result<Value, EngineError> {
+        let entry: Value = self
+            .client
+            .call(
+                Method::GET,
+                &format!(
+                    "{}/taskInstances/{}/xcomEntries/{}?deserialize=true",
+                    self.run_path(run_id),
+                    encode(task_id),
+                    encode(key)
+                ),
+                None,
+                action::XCOM_READ,
+            )
+            .await?;
+        Ok(entry.get("value").cloned().unwrap_or(Value::Null))
+    }
+
+    async fn log_tail(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        map_index: i64,
+        try_number: u64,
+    ) -> Vec<String> {
+        if self.target.log_lines == 0 {
+            return Vec::new();
+        }
+        let path = format!(
+            "{}/taskInstances/{}/logs/{try_number}?map_index={map_index}",
+            self.run_path(run_id),
+            encode(task_id)
+        );
+        match self
+            .client
+            .call::<Value>(Method::GET, &path, None, action::LOG_READ)
+            .await
+        {
+            Ok(log) => translate::log_tail(&log, self.target.log_lines),
+            Err(e) => {
+                // The failure is reported without its log rather than not at all.
+                tracing::warn!(dag_id = %self.target.dag_id, task_id, error = %e, "cannot read the failed task's log");
+                vec![format!("(the log could not be read: {e})")]
+            }
+        }
+    }
+
+    /// Checks that the DAG exists and is not paused, so a trigger never queues a run
+    /// that would wait silently.
+    async fn dag_ready(&self) -> Result<(), EngineError> {
+        let dag: Value = self
+            .client
+            .call(Method::GET, &self.dag(), None, action::DAG_READ)
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => EngineError::InvalidInput {
+                    message: format!("Airflow has no DAG {:?}", self.target.dag_id),
+                },
+                other => other,
+            })?;
+        if dag.get("is_paused").and_then(Value::as_bool) == Some(true) {
+            return Err(EngineError::InvalidInput {
+                message: format!(
+                    "the DAG {:?} is paused: a run would wait until it is unpaused, so taskgate does not trigger one",
+                    self.target.dag_id
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Pipeline for AirflowPipeline {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cancel: true,
+            input: true,
+            idempotent_start: true,
+            locate: true,
+            max_retention: None,
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
+        let conf = translate::conf_for(&request.arguments, self.target.conf_key.as_deref())
+            .map_err(|message| EngineError::InvalidInput { message })?;
+        self.dag_ready().await?;
+        let body = json!({
+            "dag_run_id": request.run_name,
+            "logical_date": null,
+            "conf": conf,
+        });
+        let answer = self
+            .client
+            .send(
+                Method::POST,
+                &format!("{}/dagRuns", self.dag()),
+                Some(&body),
+            )
+            .await?;
+        if answer.ok() {
+            tracing::info!(dag_id = %self.target.dag_id, run_name = %request.run_name, "DAG run triggered");
+            return Ok(self.reference(&request.run_name));
+        }
+        if answer.status != 409 {
+            return Err(client::map_error(&answer, action::RUN_CREATE));
+        }
+        // A run with this id exists: the same start again, or another one.
+        let existing = self.get_run(&request.run_name).await?;
+        if translate::same_conf(existing.conf.as_ref(), &conf) {
+            tracing::info!(dag_id = %self.target.dag_id, run_name = %request.run_name, "DAG run already triggered with the same conf");
+            Ok(self.reference(&request.run_name))
+        } else {
+            Err(EngineError::Conflict {
+                message: format!(
+                    "a run {} of DAG {} already exists with another conf",
+                    request.run_name, self.target.dag_id
+                ),
+            })
+        }
+    }
+
+    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        let run_id = self.own(run)?;
+        let dag_run = self.get_run(run_id).await?;
+        if translate::is_cancelled(&dag_run) {
+            return Ok(translate::snapshot(&dag_run, &Observed::default()));
+        }
+        match dag_run.state.as_str() {
+            "running" => {
+                let tasks = self.tasks(run_id).await?.task_instances;
+                let (questions, now) = if tasks
+                    .iter()
+                    .any(|t| translate::may_await_input(t.state.as_deref()))
+                {
+                    self.questions(run_id).await?
+                } else {
+                    (Vec::new(), None)
+                };
+                Ok(translate::snapshot(
+                    &dag_run,
+                    &Observed {
+                        tasks: Some(&tasks),
+                        questions: &questions,
+                        now,
+                        ..Observed::default()
+                    },
+                ))
+            }
+            "success" => {
+                let xcom = match &self.target.result {
+                    Some((task_id, key)) => match self.xcom(run_id, task_id, key).await {
+                        Ok(v) => Some(v),
+                        Err(EngineError::NotFound) => {
+                            let mut snap = translate::snapshot(&dag_run, &Observed::default());
+                            snap.state = taskgate_engine::RunState::Completed(
+                                taskgate_engine::ToolOutput::error(format!(
+                                    "the DAG run succeeded but task {task_id} left no XCom {key:?} (check target.result)"
+                                )),
+                            );
+                            return Ok(snap);
+                        }
+                        Err(e) => return Err(e),
+                    },
+                    None => None,
+                };
+                Ok(translate::snapshot(
+                    &dag_run,
+                    &Observed {
+                        xcom: xcom.as_ref(),
+                        ..Observed::default()
+                    },
+                ))
+            }
+            "failed" => {
+                let tasks = self.tasks(run_id).await?.task_instances;
+                let mut failed = Vec::new();
+                for (i, t) in translate::failed_tasks(&tasks).into_iter().enumerate() {
+                    // The log of the first failed task only: one call, not one per task.
+                    let log_tail = if i == 0 {
+                        self.log_tail(run_id, &t.task_id, t.map_index, t.try_number.max(1))
+                            .await
+                    } else {
+                        Vec::new()
+                    };
+                    failed.push(FailedTask {
+                        task_id: t.task_id.clone(),
+                        try_number: t.try_number,
+                        log_tail,
+                    });
+                }
+                Ok(translate::snapshot(
+                    &dag_run,
+                    &Observed {
+                        tasks: Some(&tasks),
+                        failed: &failed,
+                        ..Observed::default()
+                    },
+                ))
+            }
+            _ => Ok(translate::snapshot(&dag_run, &Observed::default())),
+        }
+    }
+
+    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        let run_id = self.own(run)?;
+        let dag_run = self.get_run(run_id).await?;
+        if translate::is_cancelled(&dag_run) {
+            return Ok(());
+        }
+        if matches!(dag_run.state.as_str(), "success" | "failed") {
+            return Err(EngineError::Conflict {
+                message: format!("the DAG run already ended ({})", dag_run.state),
+            });
+        }
+        let body = json!({"state": "failed", "note": translate::cancel_note()});
+        let _: Value = self
+            .client
+            .call(
+                Method::PATCH,
+                &self.run_path(run_id),
+                Some(&body),
+                action::RUN_EDIT,
+            )
+            .await?;
+        tracing::info!(dag_id = %self.target.dag_id, "DAG run marked failed (cancelled)");
+        Ok(())
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        let run_id = self.own(run)?;
+        let not_outstanding = || EngineError::Conflict {
+            message: format!("input request {key:?} is not outstanding"),
+        };
+        let (task_id, map_index, try_number) =
+            translate::parse_request_key(key).ok_or_else(not_outstanding)?;
+        let path = format!(
+            "{}/taskInstances/{}/{map_index}/hitlDetails",
+            self.run_path(run_id),
+            encode(&task_id)
+        );
+        let (detail, now): (HitlDetail, _) = self
+            .client
+            .call_dated(Method::GET, &path, None, action::HITL_READ)
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => not_outstanding(),
+                other => other,
+            })?;
+        if detail.response_received || detail.task_instance.try_number != try_number {
+            return Err(not_outstanding());
+        }
+        if !translate::settled(&detail, now) {
+            return Err(EngineError::Unavailable {
+                message: "Airflow is still parking the task for input; retry in a few seconds"
+                    .to_owned(),
+                source: None,
+            });
+        }
+        let body = translate::answer_body(&detail, response)
+            .map_err(|message| EngineError::InvalidInput { message })?;
+        let answer = self.client.send(Method::PATCH, &path, Some(&body)).await?;
+        if answer.ok() {
+            tracing::info!(dag_id = %self.target.dag_id, task_id, "HITL answer sent");
+            return Ok(());
+        }
+        Err(match client::map_error(&answer, action::HITL_EDIT) {
+            EngineError::Conflict { .. } | EngineError::NotFound => not_outstanding(),
+            other => other,
+        })
+    }
+
+    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        match self.get_run(run_name).await {
+            Ok(run) => Ok(Some(self.reference(&run.dag_run_id))),
+            Err(EngineError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn check(&self) -> Result<Vec<String>, EngineError> {
+        let details: Value = self
+            .client
+            .call(
+                Method::GET,
+                &format!("{}/details", self.dag()),
+                None,
+                action::DAG_READ,
+            )
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => EngineError::InvalidInput {
+                    message: format!("Airflow has no DAG {:?}", self.target.dag_id),
+                },
+                other => other,
+            })?;
+        let mut findings = vec![format!("DAG {} exists", self.target.dag_id)];
+        if details.get("is_paused").and_then(Value::as_bool) == Some(true) {
+            findings.push(format!(
+                "warning: DAG {} is paused; taskgate refuses to trigger it until it is unpaused",
+                self.target.dag_id
+            ));
+        }
+        let params = details
+            .get("params")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let suggested = translate::suggest_input_schema(&params);
+        if self.target.conf_key.is_some() {
+            findings.push(format!(
+                "arguments go under conf.{}; the DAG's params are not compared (suggested schema from them: {suggested})",
+                self.target.conf_key.as_deref().unwrap_or_default()
+            ));
+            return Ok(findings);
+        }
+        let mismatches = translate::compare_params(&self.input_schema, &params);
+        if !mismatches.is_empty() {
+            return Err(EngineError::InvalidInput {
+                message: format!(
+                    "the tool's input_schema does not match the DAG's params: {}; suggested input_schema: {suggested}",
+                    mismatches.join("; ")
+                ),
+            });
+        }
+        findings.push("the tool's input_schema matches the DAG's params".to_owned());
+        Ok(findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline() -> AirflowPipeline {
+        let engine =
+            AirflowEngine::new(json!({"base_url": "http://127.0.0.1:9", "token_env": "PATH"}))
+                .unwrap();
+        engine
+            .bind_pipeline(&ToolDecl {
+                name: "t".into(),
+                target: json!({"dag_id": "etl"}),
+                input_schema: json!({"type": "object"}),
+                keep_alive: None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn references_name_runs_of_the_tools_dag_only() {
+        let p = pipeline();
+        let r = p.reference("tg-abc");
+        assert_eq!(r, "etl/tg-abc");
+        assert_eq!(p.own(&r).unwrap(), "tg-abc");
+        for bad in ["", "etl", "etl/", "other/tg-abc", "etlx/tg"] {
+            assert!(
+                matches!(p.own(&bad.to_owned()), Err(EngineError::NotFound)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bind_rejects_bad_targets() {
+        let engine =
+            AirflowEngine::new(json!({"base_url": "http://127.0.0.1:9", "token_env": "PATH"}))
+                .unwrap();
+        let e = engine
+            .bind(&ToolDecl {
+                name: "t".into(),
+                target: json!({"dag_id": "etl", "nope": 1}),
+                input_schema: json!({}),
+                keep_alive: None,
+            })
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "target.nope");
+    }
+}

@@ -1,0 +1,615 @@
+//! Integration tests of the Airflow engine against a real Airflow 3.3
+//! (`scripts/airflow/up.sh`, DAGs from `tests/airflow/dags`), driven through the
+//! `Pipeline` trait.
+//!
+//! Skipped when `TASKGATE_AIRFLOW_URL` is unset, failed when `TASKGATE_REQUIRE_E2E=1`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use taskgate_airflow::{AirflowEngine, AirflowPipeline};
+use taskgate_engine::testing::e2e_endpoint;
+use taskgate_engine::{
+    Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
+    Snapshot, StartRequest, ToolDecl,
+};
+
+const DEADLINE: Duration = Duration::from_secs(180);
+
+struct Airflow {
+    url: String,
+    username: String,
+    password: String,
+}
+
+fn airflow() -> Option<Airflow> {
+    let url = e2e_endpoint("TASKGATE_AIRFLOW_URL")?;
+    Some(Airflow {
+        url,
+        username: std::env::var("TASKGATE_AIRFLOW_USERNAME").unwrap_or_else(|_| "taskgate".into()),
+        password: std::env::var("TASKGATE_AIRFLOW_PASSWORD")
+            .unwrap_or_else(|_| "taskgate-test-password".into()),
+    })
+}
+
+impl Airflow {
+    fn settings(&self) -> Value {
+        // The password reaches the engine through a file, as an operator would set it.
+        let dir = std::env::temp_dir().join(format!("taskgate-airflow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("password");
+        std::fs::write(&file, &self.password).unwrap();
+        json!({"base_url": self.url, "username": self.username, "password_file": file})
+    }
+
+    fn engine(&self) -> AirflowEngine {
+        AirflowEngine::new(self.settings()).expect("engine")
+    }
+
+    fn pipeline(&self, target: Value, input_schema: Value) -> AirflowPipeline {
+        self.engine()
+            .bind_pipeline(&ToolDecl {
+                name: "tool".into(),
+                target,
+                input_schema,
+                keep_alive: None,
+            })
+            .expect("bind")
+    }
+
+    /// A direct API call, for checking what Airflow itself says.
+    async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let token: Value = http
+            .post(format!("{}/auth/token", self.url))
+            .json(&json!({"username": self.username, "password": self.password}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut req = http
+            .request(method, format!("{}/api/v2{path}", self.url))
+            .bearer_auth(token["access_token"].as_str().unwrap());
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        req.send().await.unwrap().json().await.unwrap()
+    }
+}
+
+fn run_name(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
+    format!("{prefix}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn request(name: &str, arguments: Value) -> StartRequest {
+    StartRequest {
+        run_name: name.to_owned(),
+        arguments,
+        caller_tag: "0123456789abcdef".into(),
+        keep_alive: None,
+    }
+}
+
+fn text(state: &RunState) -> String {
+    match state {
+        RunState::Completed(out) => out
+            .content
+            .iter()
+            .map(|c| match c {
+                Content::Text(t) => t.clone(),
+                Content::Link { uri, .. } => uri.clone(),
+            })
+            .collect(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Retries `op` while it fails with a retryable error (SQLite under the parallel
+/// tests answers "Database error" now and then), as a client would, up to the
+/// deadline.
+async fn retrying<T, F, Fut>(what: &str, op: F) -> Result<T, EngineError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, EngineError>>,
+{
+    let end = Instant::now() + DEADLINE;
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && Instant::now() < end => {
+                eprintln!("{what}: retrying after {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reads until `done` holds, every 200 ms up to the deadline.
+async fn wait_for(
+    p: &AirflowPipeline,
+    run: &NativeRef,
+    what: &str,
+    done: impl Fn(&RunState) -> bool,
+) -> Snapshot {
+    let end = Instant::now() + DEADLINE;
+    let mut last = None;
+    while Instant::now() < end {
+        let snap = retrying("read", || p.read(run)).await.expect("read");
+        if done(&snap.state) {
+            return snap;
+        }
+        last = Some(snap);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out waiting for {what}; last snapshot: {last:?}");
+}
+
+fn terminal(s: &RunState) -> bool {
+    s.is_terminal()
+}
+
+fn success_target() -> Value {
+    json!({"dag_id": "tg_success", "result": {"task_id": "load"}})
+}
+
+fn success_schema() -> Value {
+    json!({"type": "object", "properties": {
+        "dataset": {"type": "string"}, "rows": {"type": "integer", "minimum": 0}}})
+}
+
+#[tokio::test]
+async fn success_returns_the_xcom_and_counts_calls() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(success_target(), success_schema());
+    let name = run_name("ok");
+    let run = retrying("start", || {
+        p.start(request(&name, json!({"dataset": "sales", "rows": 4})))
+    })
+    .await
+    .expect("start");
+    // Reads while running: count the calls of each.
+    let mut running_calls = Vec::new();
+    let mut saw_progress = false;
+    let end = Instant::now() + DEADLINE;
+    let snap = loop {
+        assert!(Instant::now() < end, "the run did not finish");
+        let before = p.api_calls();
+        let snap = p.read(&run).await.expect("read");
+        let calls = p.api_calls() - before;
+        if snap.state.is_terminal() {
+            eprintln!("API calls for a read of a finished run (with the XCom): {calls}");
+            break snap;
+        }
+        if let RunState::Working { message, progress } = &snap.state {
+            if progress.is_some() {
+                saw_progress = true;
+                assert!(
+                    message.as_deref().unwrap_or("").contains("of 3 tasks done"),
+                    "{message:?}"
+                );
+            }
+        }
+        running_calls.push(calls);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("API calls per read while queued/running: {running_calls:?}");
+    assert!(saw_progress, "no read showed task progress");
+    let RunState::Completed(out) = &snap.state else {
+        panic!("{snap:?}")
+    };
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(
+        out.structured,
+        Some(json!({"dataset": "sales", "total": 12, "count": 4}))
+    );
+    assert!(snap.ended_at.is_some());
+    let before = p.api_calls();
+    p.read(&run).await.unwrap();
+    eprintln!(
+        "API calls for a read of a finished run: {}",
+        p.api_calls() - before
+    );
+}
+
+#[tokio::test]
+async fn failure_names_the_task_and_the_tail_of_its_log() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(
+        json!({"dag_id": "tg_fail", "log_lines": 8}),
+        json!({"type": "object"}),
+    );
+    let name = run_name("fail");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    let snap = wait_for(&p, &run, "the failure", terminal).await;
+    let RunState::Completed(out) = &snap.state else {
+        panic!("{snap:?}")
+    };
+    assert!(out.is_error);
+    let t = text(&snap.state);
+    assert!(t.contains("failed task(s): explode"), "{t}");
+    assert!(t.contains("taskgate-log-line 5 of 5"), "{t}");
+    assert!(t.contains("RuntimeError: taskgate test failure"), "{t}");
+    let structured = out.structured.as_ref().unwrap();
+    assert_eq!(structured["failed_tasks"][0]["task_id"], "explode");
+    assert!(
+        structured["failed_tasks"][0]["log_tail"]
+            .as_array()
+            .unwrap()
+            .len()
+            <= 8
+    );
+}
+
+#[tokio::test]
+async fn cancel_stops_the_run_and_reads_cancelled() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_long"}), json!({"type": "object"}));
+    let name = run_name("cancel");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    wait_for(&p, &run, "sleep_long to run", |s| {
+        matches!(s, RunState::Working { message: Some(m), .. } if m.contains("running: sleep_long"))
+    })
+    .await;
+    retrying("cancel", || p.cancel(&run)).await.expect("cancel");
+    // A second cancel is accepted (already cancelled), not a conflict.
+    p.cancel(&run).await.expect("cancel again");
+    let snap = p.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }), "{snap:?}");
+    // Airflow itself ended the run and stopped the task.
+    let dag_run = af
+        .admin(
+            reqwest::Method::GET,
+            &format!("/dags/tg_long/dagRuns/{name}"),
+            None,
+        )
+        .await;
+    assert_eq!(dag_run["state"], "failed");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let tis = af
+            .admin(
+                reqwest::Method::GET,
+                &format!("/dags/tg_long/dagRuns/{name}/taskInstances"),
+                None,
+            )
+            .await;
+        let sleeping = tis["task_instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["task_id"] == "sleep_long")
+            .unwrap()
+            .clone();
+        if sleeping["state"] != "running" && sleeping["end_date"].is_string() {
+            break;
+        }
+        assert!(Instant::now() < end, "sleep_long still running: {sleeping}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A fresh engine (a restarted server) reads the same.
+    let again = af.pipeline(json!({"dag_id": "tg_long"}), json!({"type": "object"}));
+    assert!(matches!(
+        again.read(&run).await.unwrap().state,
+        RunState::Cancelled { .. }
+    ));
+}
+
+#[tokio::test]
+async fn cancel_of_a_finished_run_is_a_conflict() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(
+        json!({"dag_id": "tg_fail", "log_lines": 0}),
+        json!({"type": "object"}),
+    );
+    let name = run_name("done");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    wait_for(&p, &run, "the end", terminal).await;
+    assert!(matches!(
+        p.cancel(&run).await,
+        Err(EngineError::Conflict { .. })
+    ));
+    let snap = p.read(&run).await.unwrap();
+    assert!(
+        matches!(&snap.state, RunState::Completed(o) if o.is_error),
+        "{snap:?}"
+    );
+}
+
+async fn waiting_request(
+    p: &AirflowPipeline,
+    run: &NativeRef,
+) -> (String, taskgate_engine::InputRequest) {
+    let snap = wait_for(p, run, "the question", |s| {
+        matches!(s, RunState::InputRequired { .. })
+    })
+    .await;
+    let RunState::InputRequired { requests, .. } = snap.state else {
+        unreachable!()
+    };
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    requests.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn approval_accepted_continues_the_run() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(
+        json!({"dag_id": "tg_approval", "result": {"task_id": "release"}}),
+        json!({"type": "object"}),
+    );
+    let name = run_name("approve");
+    let run = retrying("start", || {
+        p.start(request(&name, json!({"version": "2.0.1"})))
+    })
+    .await
+    .expect("start");
+    let (key, req) = waiting_request(&p, &run).await;
+    assert!(req.message.starts_with("Release 2.0.1?"), "{}", req.message);
+    assert_eq!(
+        req.requested_schema["properties"]["option"]["enum"],
+        json!(["Approve", "Reject"])
+    );
+    let before = p.api_calls();
+    p.read(&run).await.unwrap();
+    eprintln!(
+        "API calls for a read of a run awaiting input: {}",
+        p.api_calls() - before
+    );
+    let accept = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({"option": "Approve"})),
+    };
+    retrying("answer", || p.answer(&run, &key, &accept))
+        .await
+        .expect("answer");
+    // The same answer again is stale.
+    assert!(matches!(
+        p.answer(&run, &key, &accept).await,
+        Err(EngineError::Conflict { .. })
+    ));
+    let snap = wait_for(&p, &run, "the release", terminal).await;
+    let RunState::Completed(out) = &snap.state else {
+        panic!("{snap:?}")
+    };
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(out.structured, Some(json!({"released": "2.0.1"})));
+}
+
+#[tokio::test]
+async fn approval_declined_takes_the_reject_option() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_approval"}), json!({"type": "object"}));
+    let name = run_name("reject");
+    let run = retrying("start", || {
+        p.start(request(&name, json!({"version": "9.9"})))
+    })
+    .await
+    .expect("start");
+    let (key, _) = waiting_request(&p, &run).await;
+    p.answer(
+        &run,
+        &key,
+        &InputResponse {
+            action: InputAction::Decline,
+            content: None,
+        },
+    )
+    .await
+    .expect("decline");
+    wait_for(&p, &run, "the end", terminal).await;
+    let detail = af
+        .admin(
+            reqwest::Method::GET,
+            &format!(
+                "/dags/tg_approval/dagRuns/{name}/taskInstances/approve_release/-1/hitlDetails"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(detail["chosen_options"], json!(["Reject"]), "{detail}");
+    let tis = af
+        .admin(
+            reqwest::Method::GET,
+            &format!("/dags/tg_approval/dagRuns/{name}/taskInstances"),
+            None,
+        )
+        .await;
+    let release = tis["task_instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == "release")
+        .unwrap()
+        .clone();
+    assert_eq!(release["state"], "skipped", "{release}");
+}
+
+#[tokio::test]
+async fn form_answer_reaches_the_dag() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(
+        json!({"dag_id": "tg_form", "result": {"task_id": "use_details"}}),
+        json!({"type": "object"}),
+    );
+    let name = run_name("form");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    let (key, req) = waiting_request(&p, &run).await;
+    assert_eq!(
+        req.requested_schema["properties"]["replicas"]["type"],
+        "integer"
+    );
+    assert!(req.requested_schema["properties"].get("option").is_none());
+    // An answer that does not fit is refused and changes nothing.
+    let bad = InputResponse {
+        action: InputAction::Decline,
+        content: None,
+    };
+    assert!(matches!(
+        p.answer(&run, &key, &bad).await,
+        Err(EngineError::InvalidInput { .. })
+    ));
+    let answer = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({"region": "us-east-1", "replicas": 5})),
+    };
+    retrying("answer", || p.answer(&run, &key, &answer))
+        .await
+        .expect("answer");
+    let snap = wait_for(&p, &run, "the end", terminal).await;
+    let RunState::Completed(out) = &snap.state else {
+        panic!("{snap:?}")
+    };
+    assert_eq!(
+        out.structured,
+        Some(json!({"chosen": ["OK"], "details": {"region": "us-east-1", "replicas": 5}}))
+    );
+}
+
+#[tokio::test]
+async fn starts_are_idempotent_and_other_conf_conflicts() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(success_target(), success_schema());
+    let name = run_name("idem");
+    let args = json!({"dataset": "a", "rows": 1});
+    let first = retrying("start", || p.start(request(&name, args.clone())))
+        .await
+        .expect("start");
+    let again = retrying("retry", || p.start(request(&name, args.clone())))
+        .await
+        .expect("retry");
+    assert_eq!(first, again);
+    let other = p
+        .start(request(&name, json!({"dataset": "b", "rows": 1})))
+        .await;
+    assert!(
+        matches!(other, Err(EngineError::Conflict { .. })),
+        "{other:?}"
+    );
+    assert_eq!(p.locate(&name).await.unwrap(), Some(first.clone()));
+    assert_eq!(p.locate("tg-never-started").await.unwrap(), None);
+    // A fresh engine (a restarted server) finds and finishes the same run.
+    let fresh = af.pipeline(success_target(), success_schema());
+    let snap = wait_for(&fresh, &first, "the end", terminal).await;
+    assert!(
+        matches!(&snap.state, RunState::Completed(o) if !o.is_error),
+        "{snap:?}"
+    );
+}
+
+#[tokio::test]
+async fn paused_and_unknown_dags_are_refused_before_any_run() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_paused"}), json!({"type": "object"}));
+    let name = run_name("paused");
+    let e = p.start(request(&name, json!({}))).await.unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { message } if message.contains("paused")),
+        "{e:?}"
+    );
+    assert_eq!(p.locate(&name).await.unwrap(), None, "a run was queued");
+    let findings = p.check().await.expect("check");
+    assert!(
+        findings.iter().any(|f| f.contains("paused")),
+        "{findings:?}"
+    );
+    let p = af.pipeline(
+        json!({"dag_id": "tg_no_such_dag"}),
+        json!({"type": "object"}),
+    );
+    let e = p
+        .start(request(&run_name("unknown"), json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { message } if message.contains("no DAG")),
+        "{e:?}"
+    );
+    assert!(matches!(
+        p.check().await,
+        Err(EngineError::InvalidInput { .. })
+    ));
+}
+
+#[tokio::test]
+async fn check_compares_the_input_schema_with_the_dag_params() {
+    let Some(af) = airflow() else { return };
+    let ok = af.pipeline(success_target(), success_schema());
+    let findings = ok.check().await.expect("check");
+    assert!(
+        findings.iter().any(|f| f.contains("matches")),
+        "{findings:?}"
+    );
+    let wrong = af.pipeline(
+        success_target(),
+        json!({"type": "object", "properties": {"dataset": {"type": "integer"}}}),
+    );
+    let e = wrong.check().await.unwrap_err();
+    let EngineError::InvalidInput { message } = e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        message.contains("suggested input_schema") && message.contains("\"rows\""),
+        "{message}"
+    );
+    let probe = af.engine().probe().await.expect("probe");
+    assert!(probe[0].contains("Airflow 3.3"), "{probe:?}");
+}
+
+#[tokio::test]
+async fn bad_credentials_are_a_permission_error() {
+    let Some(af) = airflow() else { return };
+    std::env::set_var("TASKGATE_TEST_BAD_AIRFLOW_TOKEN", "not-a-token");
+    let engine = AirflowEngine::new(
+        json!({"base_url": af.url, "token_env": "TASKGATE_TEST_BAD_AIRFLOW_TOKEN"}),
+    )
+    .unwrap();
+    let p = engine
+        .bind(&ToolDecl {
+            name: "t".into(),
+            target: success_target(),
+            input_schema: json!({}),
+            keep_alive: None,
+        })
+        .unwrap();
+    let e = p
+        .start(request(&run_name("denied"), json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, EngineError::PermissionDenied { .. }), "{e:?}");
+    let engine = AirflowEngine::new(json!({"base_url": af.url, "username": "taskgate", "password_env": "TASKGATE_TEST_BAD_AIRFLOW_TOKEN"})).unwrap();
+    let e = engine.probe().await.unwrap_err();
+    assert!(
+        matches!(&e, EngineError::PermissionDenied { action, .. } if action == "authentication"),
+        "{e:?}"
+    );
+    // A run of another DAG, or a made-up one, is not found.
+    let p = af.pipeline(success_target(), success_schema());
+    assert!(matches!(
+        p.read(&"tg_fail/x".to_owned()).await,
+        Err(EngineError::NotFound)
+    ));
+    assert!(matches!(
+        p.read(&"tg_success/tg-no-such-run".to_owned()).await,
+        Err(EngineError::NotFound)
+    ));
+}

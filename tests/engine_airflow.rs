@@ -1,0 +1,222 @@
+//! The Airflow engine through the server binary: each test writes a config whose
+//! engine points at the Airflow of `scripts/airflow/up.sh` (DAGs from
+//! `tests/airflow/dags`), runs `taskgate serve`, and drives it as an MCP client over
+//! HTTP with the 2026-07-28 tasks extension. Upstream effects are checked through
+//! Airflow's API and its access log.
+//!
+//! Skipped when `TASKGATE_AIRFLOW_URL` is unset, failed when `TASKGATE_REQUIRE_E2E=1`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{wait_for as until, Server, Setup};
+use serde_json::{json, Value};
+use taskgate_engine::testing::e2e_endpoint;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn airflow() -> Option<String> {
+    e2e_endpoint("TASKGATE_AIRFLOW_URL")
+}
+
+fn password() -> String {
+    std::env::var("TASKGATE_AIRFLOW_PASSWORD").unwrap_or_else(|_| "taskgate-test-password".into())
+}
+
+fn setup(url: &str, dag: &str, extra_target: &str) -> Setup {
+    let body = format!(
+        r#"[engines.af]
+kind = "airflow"
+base_url = "{url}"
+username = "taskgate"
+password_env = "TG_TEST_AIRFLOW_PASSWORD"
+
+[[tools]]
+name = "pipeline"
+description = "Run a DAG on Airflow"
+engine = "af"
+mode = "hybrid"
+poll_interval = "200ms"
+keep_alive = "1h"
+input_schema = {{ type = "object", properties = {{ dataset = {{ type = "string" }}, rows = {{ type = "integer" }}, version = {{ type = "string" }} }} }}
+target = {{ dag_id = "{dag}"{extra_target} }}
+"#
+    );
+    let pw = password();
+    Setup::config(&body, &[("TG_TEST_AIRFLOW_PASSWORD", pw.as_str())])
+}
+
+/// Requests for `dag` in Airflow's access log (the api-server's `http.access` lines).
+fn access_lines(dag: &str) -> usize {
+    let home = std::env::var("TASKGATE_AIRFLOW_HOME")
+        .expect("TASKGATE_AIRFLOW_HOME (scripts/airflow/up.sh prints it)");
+    let log = std::fs::read_to_string(format!("{home}/api-server.log")).unwrap_or_default();
+    let needle = format!("path=/api/v2/dags/{dag}/");
+    log.lines()
+        .filter(|l| l.contains("http.access") && l.contains(&needle))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dag_run_completes_with_the_xcom_as_structured_content() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_success", r#", result = { task_id = "load" }"#);
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let task = c
+        .start_task("pipeline", json!({"dataset": "bin", "rows": 2}))
+        .await;
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"dataset": "bin", "total": 2, "count": 2}),
+        "{done}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_dag_run_is_a_tool_error_naming_the_task() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_fail", "");
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let task = c.start_task("pipeline", json!({})).await;
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("explode") && text.contains("taskgate-log-line 5 of 5"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_the_run_and_the_task_reads_cancelled() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_long", "");
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let task = c.start_task("pipeline", json!({})).await;
+    until("sleep_long running", LIMIT, || async {
+        let r = c.get_reply(&task).await.result().clone();
+        match r["statusMessage"].as_str() {
+            Some(m) if m.contains("running: sleep_long") => Ok(()),
+            _ => Err(r.to_string()),
+        }
+    })
+    .await;
+    assert!(c.cancel_reply(&task).await.is_ok());
+    let r = c.until_status(&task, "cancelled", LIMIT).await;
+    assert_eq!(r["status"], "cancelled", "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_accepted_through_tasks_update() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_approval", r#", result = { task_id = "release" }"#);
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let task = c.start_task("pipeline", json!({"version": "5.0"})).await;
+    let r = c.until_status(&task, "input_required", LIMIT).await;
+    let (key, request) = r["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    assert_eq!(
+        request["params"]["requestedSchema"]["properties"]["option"]["enum"],
+        json!(["Approve", "Reject"]),
+        "{request}"
+    );
+    let ok = c
+        .update(
+            &task,
+            json!({ &key: {"action": "accept", "content": {"option": "Approve"}} }),
+        )
+        .await;
+    assert!(ok.is_ok(), "{:?}", ok.body);
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"released": "5.0"}),
+        "{done}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_run_loses_nothing() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_success", r#", result = { task_id = "load" }"#);
+    let mut first = Server::start(&s).await;
+    let c = first.client();
+    let task = c
+        .start_task("pipeline", json!({"dataset": "restart", "rows": 1}))
+        .await;
+    assert_eq!(c.get_reply(&task).await.result()["status"], "working");
+    first.kill();
+    let second = Server::start(&s).await;
+    let c = c.at(&second.url());
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(
+        done["result"]["structuredContent"]["dataset"], "restart",
+        "{done}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_makes_no_airflow_calls() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_idle", "");
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let task = c.start_task("pipeline", json!({})).await;
+    let r: Value = c.get_reply(&task).await.result().clone();
+    assert_eq!(r["status"], "working", "{r}");
+    // The api-server writes its access log line as it answers; wait until the last
+    // read is in it.
+    let seen = until("the last read in the access log", LIMIT, || async {
+        let n = access_lines("tg_idle");
+        if n > 0 {
+            Ok(n)
+        } else {
+            Err(n.to_string())
+        }
+    })
+    .await;
+    let before = until("the access log to settle", LIMIT, || async {
+        let n = access_lines("tg_idle");
+        if n == seen {
+            Ok(n)
+        } else {
+            Err(n.to_string())
+        }
+    })
+    .await;
+    let watched = Instant::now();
+    until(
+        "two seconds of idleness (ten poll intervals)",
+        LIMIT,
+        || async {
+            if watched.elapsed() >= Duration::from_secs(2) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", watched.elapsed()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        access_lines("tg_idle"),
+        before,
+        "the idle server called Airflow"
+    );
+    assert!(c.cancel_reply(&task).await.is_ok());
+    assert!(
+        access_lines("tg_idle") > before,
+        "the access log does not show the cancel's calls"
+    );
+}
