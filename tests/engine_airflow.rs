@@ -44,7 +44,16 @@ target = {{ dag_id = "{dag}"{extra_target} }}
 "#
     );
     let pw = password();
-    Setup::config(&body, &[("TG_TEST_AIRFLOW_PASSWORD", pw.as_str())])
+    // Airflow on SQLite answers slowly while the scheduler and the other tests
+    // write to it (a trigger took over 10 s in a loaded CI run): give each call
+    // more room than the shared test default.
+    Setup::config(
+        &body,
+        &[
+            ("TG_TEST_AIRFLOW_PASSWORD", pw.as_str()),
+            ("TASKGATE__SERVER__CALL_TIMEOUT", "45s"),
+        ],
+    )
 }
 
 /// Requests for `dag` in Airflow's access log (the api-server's `http.access` lines).
