@@ -463,20 +463,7 @@ impl Gateway {
     ) -> Result<Snapshot, CoreError> {
         self.authorize(caller, tool, Action::Cancel, dialect, Some(native))?;
         let outcome = self.cancel_authorized(tool, native).await;
-        let word = if outcome.is_ok() {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        };
-        let run = audit::run_ref(tool.name(), native);
-        audit::record(
-            Action::Cancel,
-            caller,
-            Some(tool.name()),
-            Some(dialect),
-            Some(&run),
-            word,
-        );
+        audit_outcome(Action::Cancel, caller, dialect, tool, native, &outcome);
         outcome
     }
 
@@ -516,20 +503,7 @@ impl Gateway {
         let outcome = self.answer_authorized(tool, native, responses).await;
         // An answer event is written when one reached the engine, or it failed.
         if !matches!(outcome, Ok(0)) {
-            let word = if outcome.is_ok() {
-                Outcome::Ok
-            } else {
-                Outcome::Failed
-            };
-            let run = audit::run_ref(tool.name(), native);
-            audit::record(
-                Action::Answer,
-                caller,
-                Some(tool.name()),
-                Some(dialect),
-                Some(&run),
-                word,
-            );
+            audit_outcome(Action::Answer, caller, dialect, tool, native, &outcome);
         }
         outcome
     }
@@ -651,6 +625,31 @@ impl Gateway {
         );
         Err(refusal)
     }
+}
+
+/// The audit event of an action on a run that was authorized: done or failed.
+fn audit_outcome<T>(
+    action: Action,
+    caller: &Caller,
+    dialect: Dialect,
+    tool: &Tool,
+    native: &str,
+    outcome: &Result<T, CoreError>,
+) {
+    let word = if outcome.is_ok() {
+        Outcome::Ok
+    } else {
+        Outcome::Failed
+    };
+    let run = audit::run_ref(tool.name(), native);
+    audit::record(
+        action,
+        caller,
+        Some(tool.name()),
+        Some(dialect),
+        Some(&run),
+        word,
+    );
 }
 
 /// An engine's "no such run" is the core's [`CoreError::NotFound`].
