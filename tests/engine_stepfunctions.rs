@@ -579,13 +579,15 @@ async fn tasks_2025_result_blocks_until_done_and_elicits_the_human_step() {
 
 /// A proxy in front of moto that answers AWS's throttling payload (HTTP 400,
 /// `ThrottlingException`, "Rate exceeded") to the next `n` requests of one
-/// action, and passes everything else through.
+/// action, can hold one action's requests for a while (a slow upstream), and
+/// passes everything else through; it records every action it sees.
 struct ThrottlingProxy {
     url: String,
     remaining: Arc<AtomicU32>,
     action: Arc<Mutex<String>>,
     throttled: Arc<AtomicU32>,
     actions: Arc<Mutex<Vec<String>>>,
+    slow: Arc<Mutex<(String, Duration)>>,
 }
 
 impl ThrottlingProxy {
@@ -598,21 +600,24 @@ impl ThrottlingProxy {
         let action = Arc::new(Mutex::new(String::new()));
         let throttled = Arc::new(AtomicU32::new(0));
         let actions = Arc::new(Mutex::new(Vec::new()));
+        let slow = Arc::new(Mutex::new((String::new(), Duration::ZERO)));
         let http = reqwest::Client::new();
         let upstream = upstream.trim_end_matches('/').to_owned();
-        let (r, a, t, seen) = (
+        let (r, a, t, seen, held) = (
             remaining.clone(),
             action.clone(),
             throttled.clone(),
             actions.clone(),
+            slow.clone(),
         );
         let app = axum::Router::new().fallback(
             move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (r, a, t, seen, http, upstream) = (
+                let (r, a, t, seen, held, http, upstream) = (
                     r.clone(),
                     a.clone(),
                     t.clone(),
                     seen.clone(),
+                    held.clone(),
                     http.clone(),
                     upstream.clone(),
                 );
@@ -624,6 +629,13 @@ impl ThrottlingProxy {
                         .to_owned();
                     let name = target.rsplit('.').next().unwrap_or("").to_owned();
                     seen.lock().unwrap().push(name.clone());
+                    let hold = {
+                        let (slow_action, pause) = &*held.lock().unwrap();
+                        (*slow_action == name).then_some(*pause)
+                    };
+                    if let Some(pause) = hold {
+                        tokio::time::sleep(pause).await;
+                    }
                     let matches = *a.lock().unwrap() == name;
                     if matches
                         && r.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -676,7 +688,23 @@ impl ThrottlingProxy {
             action,
             throttled,
             actions,
+            slow,
         }
+    }
+
+    /// Holds every request of `action` for `pause` before passing it on.
+    fn slow_down(&self, action: &str, pause: Duration) {
+        *self.slow.lock().unwrap() = (action.to_owned(), pause);
+    }
+
+    /// How many requests of `action` reached the proxy so far.
+    fn count(&self, action: &str) -> usize {
+        self.actions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| *a == action)
+            .count()
     }
 
     /// Throttles the next `n` requests of `action` (`DescribeExecution`, …).
@@ -748,6 +776,52 @@ async fn throttling_is_a_retryable_error_and_never_fails_the_task() {
         .unwrap()
         .iter()
         .any(|a| a == "DescribeExecution"));
+}
+
+/// Single-flight, counted where Step Functions receives it: 50 clients polling
+/// one execution at once make far fewer than 50 DescribeExecution calls (the
+/// proxy holds each for 1 s, a slow upstream, so the 50 overlap), every one
+/// gets the right answer; and two polls one after another read twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_polls_of_one_execution_share_one_describe_call() {
+    let Some(url) = moto() else { return };
+    let arn = state_machine(&url, "crowd", sleeper()).await;
+    let proxy = ThrottlingProxy::start(&url).await;
+    let s = setup(&proxy.url, &arn, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "crowd"})).await;
+
+    proxy.slow_down("DescribeExecution", Duration::from_secs(1));
+    let before = proxy.count("DescribeExecution");
+    let polls: Vec<_> = (0..50)
+        .map(|_| {
+            let (c, task) = (c.clone(), task.clone());
+            tokio::spawn(async move { c.get(&task).await })
+        })
+        .collect();
+    for poll in polls {
+        let read = poll.await.unwrap();
+        assert_eq!(read["status"], "working", "{read}");
+        assert_eq!(read["taskId"], task.as_str(), "{read}");
+    }
+    let crowd = proxy.count("DescribeExecution") - before;
+    assert!(
+        (1..=10).contains(&crowd),
+        "50 concurrent polls made {crowd} DescribeExecution calls"
+    );
+
+    proxy.slow_down("", Duration::ZERO);
+    let before = proxy.count("DescribeExecution");
+    for _ in 0..2 {
+        assert_eq!(c.get(&task).await["status"], "working");
+    }
+    assert_eq!(
+        proxy.count("DescribeExecution") - before,
+        2,
+        "polls one after another each read the engine"
+    );
+    c.cancel(&task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
