@@ -192,6 +192,60 @@ async fn cancel_cancels_the_run_upstream() {
     d.assert_clean();
 }
 
+/// Single-flight, counted by the double itself: 50 clients polling one run at
+/// once (every answer held 1 s, a slow GitHub, so the polls overlap) make far
+/// fewer than 50 run reads, and all get the right answer; two polls one after
+/// another read twice. This is what keeps a crowd of pollers from spending the
+/// rate budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_polls_of_one_run_share_one_read() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "9"})).await;
+    let id = only_run(&d);
+    d.set_run(id, "queued", None);
+    let reads = |d: &Double| {
+        d.lines()
+            .iter()
+            .filter(|l| **l == format!("GET {RUNS}/{id}"))
+            .count()
+    };
+
+    d.slow_down(Duration::from_secs(1));
+    d.clear_seen();
+    let polls: Vec<_> = (0..50)
+        .map(|_| {
+            let (c, task) = (c.clone(), task.clone());
+            tokio::spawn(async move { c.get(&task).await })
+        })
+        .collect();
+    for poll in polls {
+        let read = poll.await.unwrap();
+        assert_eq!(read["status"], "working", "{read}");
+    }
+    let crowd = reads(&d);
+    assert!(
+        (1..=10).contains(&crowd),
+        "50 concurrent polls made {crowd} run reads: {:?}",
+        d.lines()
+    );
+
+    d.slow_down(Duration::ZERO);
+    d.clear_seen();
+    for _ in 0..2 {
+        assert_eq!(status(&c, &task).await["status"], "working");
+    }
+    assert_eq!(
+        reads(&d),
+        2,
+        "polls one after another each read: {:?}",
+        d.lines()
+    );
+    d.assert_clean();
+}
+
 const APPROVAL: &str = r#"environment_approval = { message = "Deploy to {environment}?" }"#;
 
 async fn waiting_for_approval(c: &Client, d: &Double, task: &str) -> String {

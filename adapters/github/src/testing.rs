@@ -152,6 +152,8 @@ struct State {
     throttle: Option<Throttle>,
     reviews: Vec<Value>,
     token_exchanges: u32,
+    /// How long every answer is held (a slow upstream).
+    latency: std::time::Duration,
 }
 
 /// The double: a server on 127.0.0.1 and its shared state.
@@ -181,7 +183,13 @@ impl Double {
         let app = axum::Router::new().fallback(
             move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
                 let state = shared.clone();
-                async move { handle(&state, &method, &uri, &headers, &body) }
+                async move {
+                    let latency = state.lock().unwrap().latency;
+                    if !latency.is_zero() {
+                        tokio::time::sleep(latency).await;
+                    }
+                    handle(&state, &method, &uri, &headers, &body)
+                }
             },
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -227,6 +235,11 @@ impl Double {
             s.pending
                 .insert(id, fixture("pending-deployment-items.json"))
         });
+    }
+
+    /// Holds every answer for `latency` from now on (zero: answer at once).
+    pub fn slow_down(&self, latency: std::time::Duration) {
+        self.with(|s| s.latency = latency);
     }
 
     /// Answers the next request with a rate-limit refusal.
