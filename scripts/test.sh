@@ -9,7 +9,8 @@
 #   scripts/test.sh            # everything
 #   TASKGATE_REQUIRE_E2E=1 scripts/test.sh   # as CI runs it: a missing emulator fails
 #
-# Prints one closing line "N passed, M failed" over the suites it ran.
+# Prints one closing line "N passed, M failed; K skipped" over the suites it ran,
+# K counting every test or suite that did not run for want of an emulator or tool.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -22,13 +23,15 @@ failures=()
 started_at=$(date +%s)
 
 step() { echo; echo "==== $* ($(( $(date +%s) - started_at ))s)"; }
+skipped=0
+skips=()
 suite() {
     local name=$1
     shift
     echo
     echo "==== suite: $name"
-    local t0=$(date +%s)
-    if "$@"; then
+    local t0=$(date +%s) out="$TASKGATE_CACHE/suite-output.log" n
+    if "$@" 2>&1 | tee "$out"; then
         passed=$((passed + 1))
         echo "---- $name: ok ($(( $(date +%s) - t0 ))s)"
     else
@@ -36,6 +39,19 @@ suite() {
         failures+=("$name")
         echo "---- $name: FAILED ($(( $(date +%s) - t0 ))s)"
     fi
+    # Tests that returned early for want of an emulator or a tool say so
+    # ("skipping: …", "skipped: …", pytest's "N skipped"): count them.
+    n=$(grep -cE '(^|\] )skipp(ing|ed)[: ]|[0-9]+ skipped' "$out" || true)
+    if [ "${n:-0}" -gt 0 ]; then
+        skipped=$((skipped + n))
+        skips+=("$name: $n")
+    fi
+}
+skip_suite() {
+    echo
+    echo "==== suite: $1: SKIPPED ($2)"
+    skipped=$((skipped + 1))
+    skips+=("$1: the whole suite ($2)")
 }
 
 cleanup() {
@@ -120,6 +136,8 @@ fi
 
 if [ -n "${TASKGATE_KUBECONFIG:-}" ] && [ -x tests/k8s/smoke.sh ]; then
     suite "kubernetes control plane smoke" tests/k8s/smoke.sh
+else
+    skip_suite "kubernetes control plane smoke" "no control plane"
 fi
 # (tests/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
 suite "cargo test" cargo test --workspace --no-fail-fast
@@ -166,5 +184,6 @@ fi
 step "summary"
 for f in "${failures[@]}"; do echo "failed: $f"; done
 echo "total time: $(( $(date +%s) - started_at ))s"
-echo "suites: $passed passed, $failed failed"
+for s in "${skips[@]}"; do echo "skipped: $s"; done
+echo "suites: $passed passed, $failed failed; $skipped skipped (tests or suites that did not run)"
 [ "$failed" -eq 0 ]
