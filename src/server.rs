@@ -356,7 +356,7 @@ pub async fn dispatch(
                 let stateless = era == Era::Stateless;
                 let outcome = match &era {
                     Era::Stateless => {
-                        dialect::stateless(
+                        dialect::tasks_extension::handle(
                             gw,
                             caller,
                             inbound.headers,

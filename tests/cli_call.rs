@@ -6,6 +6,10 @@
 //!
 //! Every wait polls a condition against a deadline.
 
+mod common;
+
+use common::group_members;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,32 +171,6 @@ fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The live members of process group `pgid`.
-fn group_members(pgid: i32) -> Vec<i32> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = stat[close + 1..].split_ascii_whitespace().collect();
-        let live = !matches!(fields.first(), Some(&("Z" | "X" | "x")));
-        if live && fields.get(2).and_then(|f| f.parse::<i32>().ok()) == Some(pgid) {
-            members.push(pid);
-        }
-    }
-    members
 }
 
 fn assert_group_gone(pgid: i32) {

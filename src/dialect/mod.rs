@@ -1,7 +1,8 @@
 //! The dialects: thin translators between each generation's wire shapes and the
 //! core. The front door decides the era of a message once and calls one of the
 //! entry points here; this module routes a request to the dialect that speaks
-//! it. Dialects never import one another: what two of them share lives in the
+//! it (2026-07-28 requests go straight to [`tasks_extension::handle`]). Dialects
+//! never import one another: what two of them share lives in the
 //! shared modules (`session`, `outcome`, `input`, `task_ref`, `wire`).
 //!
 //! | module | who speaks it |
@@ -21,7 +22,6 @@ pub mod tasks_extension;
 pub mod tasks_sep1686;
 pub mod wire;
 
-use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use crate::core::config::ToolMode;
@@ -30,23 +30,6 @@ use crate::core::{Caller, CoreError, Gateway};
 use crate::rpc::RpcError;
 use session::Session;
 use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
-
-/// Serves one 2026-07-28 request. `headers` is present on HTTP, where the header
-/// rules apply.
-///
-/// # Errors
-///
-/// Every failure as an [`RpcError`].
-pub async fn stateless(
-    gw: &Gateway,
-    caller: &Caller,
-    headers: Option<&HeaderMap>,
-    out: Option<&Outbound>,
-    method: &str,
-    params: &Value,
-) -> Result<Value, RpcError> {
-    tasks_extension::handle(gw, caller, headers, out, method, params).await
-}
 
 /// Answers `initialize`: the session it opens and the result.
 #[must_use]
