@@ -25,11 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::cluster::apply_rbac;
 use common::{wait_for as until, Client, Setup};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
@@ -44,14 +44,6 @@ const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 fn repo_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn yaml_docs(text: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).expect("YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
 }
 
 /// True when `scripts/k8s/as-pod.sh` can work here (a mount namespace can be made).
@@ -91,45 +83,6 @@ fn api_url(admin_path: &str) -> String {
         .expect("server URL")
         .trim_end_matches('/')
         .to_owned()
-}
-
-/// Creates the objects of `deploy/rbac.yaml` in `ns`; the ServiceAccount's name.
-async fn apply_rbac(admin: &kube::Client, ns: &str) -> String {
-    let pp = PostParams::default();
-    let mut sa_name = None;
-    let text = std::fs::read_to_string(repo_path("deploy/rbac.yaml")).expect("deploy/rbac.yaml");
-    for mut doc in yaml_docs(&text) {
-        doc["metadata"]["namespace"] = json!(ns);
-        match doc["kind"].as_str().expect("kind") {
-            "ServiceAccount" => {
-                let sa: ServiceAccount = serde_json::from_value(doc).unwrap();
-                sa_name = sa.metadata.name.clone();
-                Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-                    .create(&pp, &sa)
-                    .await
-                    .expect("create ServiceAccount");
-            }
-            "Role" => {
-                let role: Role = serde_json::from_value(doc).unwrap();
-                Api::<Role>::namespaced(admin.clone(), ns)
-                    .create(&pp, &role)
-                    .await
-                    .expect("create Role");
-            }
-            "RoleBinding" => {
-                for subject in doc["subjects"].as_array_mut().unwrap() {
-                    subject["namespace"] = json!(ns);
-                }
-                let binding: RoleBinding = serde_json::from_value(doc).unwrap();
-                Api::<RoleBinding>::namespaced(admin.clone(), ns)
-                    .create(&pp, &binding)
-                    .await
-                    .expect("create RoleBinding");
-            }
-            other => panic!("unexpected kind {other} in deploy/rbac.yaml"),
-        }
-    }
-    sa_name.expect("a ServiceAccount in deploy/rbac.yaml")
 }
 
 /// The folder a kubelet would mount: `token` (bound to `pod`), `ca.crt` (the

@@ -18,11 +18,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::cluster::apply_rbac;
 use common::{tool_entry, wait_for, Client, Legacy, Setup};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
@@ -32,19 +32,6 @@ use taskgate_engine::testing::e2e_endpoint;
 const LIMIT: Duration = Duration::from_secs(60);
 /// Label of the namespaces these tests (and `adapters/kubernetes/tests`) make.
 const E2E_LABEL: &str = "taskgate.io/e2e";
-
-fn repo_file(rel: &str) -> String {
-    let path = format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn yaml_docs(text: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).expect("YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
 
 /// A namespace with the objects of `deploy/rbac.yaml`, a kubeconfig carrying a
 /// token of its ServiceAccount, and the admin client for checks.
@@ -193,45 +180,6 @@ async fn sweep(namespaces: &Api<Namespace>) {
                 .await;
         }
     }
-}
-
-/// Creates the objects of `deploy/rbac.yaml` as they are, in `ns`; the
-/// ServiceAccount's name.
-async fn apply_rbac(admin: &kube::Client, ns: &str) -> String {
-    let pp = PostParams::default();
-    let mut sa_name = None;
-    for mut doc in yaml_docs(&repo_file("deploy/rbac.yaml")) {
-        doc["metadata"]["namespace"] = json!(ns);
-        match doc["kind"].as_str().expect("kind") {
-            "ServiceAccount" => {
-                let sa: ServiceAccount = serde_json::from_value(doc).unwrap();
-                sa_name = sa.metadata.name.clone();
-                Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-                    .create(&pp, &sa)
-                    .await
-                    .expect("create ServiceAccount");
-            }
-            "Role" => {
-                let role: Role = serde_json::from_value(doc).unwrap();
-                Api::<Role>::namespaced(admin.clone(), ns)
-                    .create(&pp, &role)
-                    .await
-                    .expect("create Role");
-            }
-            "RoleBinding" => {
-                for subject in doc["subjects"].as_array_mut().unwrap() {
-                    subject["namespace"] = json!(ns);
-                }
-                let binding: RoleBinding = serde_json::from_value(doc).unwrap();
-                Api::<RoleBinding>::namespaced(admin.clone(), ns)
-                    .create(&pp, &binding)
-                    .await
-                    .expect("create RoleBinding");
-            }
-            other => panic!("unexpected kind {other} in deploy/rbac.yaml"),
-        }
-    }
-    sa_name.expect("a ServiceAccount in deploy/rbac.yaml")
 }
 
 /// A one-hour token of ServiceAccount `sa` (TokenRequest API).

@@ -17,6 +17,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod client;
+pub mod cluster;
 pub mod procs;
 pub mod server;
 pub mod setup;
