@@ -25,12 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::cluster::apply_rbac;
+use common::cluster::rbac_namespace;
 use common::{wait_for as until, Client, Setup};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
@@ -38,7 +37,6 @@ use taskgate_engine::testing::e2e_endpoint;
 /// The longest any single wait lasts.
 const LIMIT: Duration = Duration::from_secs(60);
 /// Label of the e2e namespaces (swept by the other Kubernetes tests too).
-const E2E_LABEL: &str = "taskgate.io/e2e";
 /// Where a pod's ServiceAccount files are mounted.
 const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -193,27 +191,7 @@ async fn a_pod_s_service_account_finds_the_cluster_and_runs_a_job() {
         nanos % 100_000
     );
     let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(ns.clone()),
-            labels: Some([(E2E_LABEL.to_owned(), "true".to_owned())].into()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create namespace");
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
-    until("the default service account", LIMIT, || async {
-        match sas.get_opt("default").await {
-            Ok(Some(_)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let sa = apply_rbac(&admin, &ns).await;
+    let sa = rbac_namespace(&admin, &ns).await;
 
     // The pod taskgate "runs in" (kwok keeps it Running), and its token.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);

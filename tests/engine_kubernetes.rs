@@ -18,20 +18,17 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::cluster::apply_rbac;
+use common::cluster::{rbac_namespace, E2E_LABEL};
 use common::{tool_entry, wait_for, Client, Legacy, Setup};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
 
 /// The longest any single wait of these tests lasts.
 const LIMIT: Duration = Duration::from_secs(60);
-/// Label of the namespaces these tests (and `adapters/kubernetes/tests`) make.
-const E2E_LABEL: &str = "taskgate.io/e2e";
 
 /// A namespace with the objects of `deploy/rbac.yaml`, a kubeconfig carrying a
 /// token of its ServiceAccount, and the admin client for checks.
@@ -66,28 +63,7 @@ impl Cluster {
         );
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         sweep(&namespaces).await;
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(ns.clone()),
-                labels: Some([(E2E_LABEL.to_owned(), "true".to_owned())].into()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        namespaces
-            .create(&PostParams::default(), &namespace)
-            .await
-            .expect("create namespace");
-        // The ServiceAccount admission plugin refuses pods until `default` exists.
-        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
-        wait_for("the default service account", LIMIT, || async {
-            match sas.get_opt("default").await {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
-        let sa = apply_rbac(&admin, &ns).await;
+        let sa = rbac_namespace(&admin, &ns).await;
         let token = token(&admin, &ns, &sa).await;
         let dir = tempfile::Builder::new()
             .prefix(&format!("taskgate-{ns}-"))

@@ -1,9 +1,49 @@
 //! Helpers of the tests that run on the Kubernetes control plane.
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use serde_json::{json, Value};
+
+use super::wait_for;
+
+/// The label of every namespace these tests (and `adapters/kubernetes/tests`) make;
+/// namespaces a failed run left behind are swept by it.
+pub const E2E_LABEL: &str = "taskgate.io/e2e";
+
+/// Creates namespace `ns` (labelled [`E2E_LABEL`]), waits for its `default`
+/// ServiceAccount (the admission plugin refuses pods until it exists), and
+/// applies `deploy/rbac.yaml` in it; the ServiceAccount's name.
+pub async fn rbac_namespace(admin: &kube::Client, ns: &str) -> String {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.to_owned()),
+            labels: Some([(E2E_LABEL.to_owned(), "true".to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("create namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    wait_for(
+        "the default service account",
+        Duration::from_secs(60),
+        || async {
+            match sas.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    apply_rbac(admin, ns).await
+}
 
 /// The documents of a multi-document YAML text, as JSON (empty ones dropped).
 pub fn yaml_docs(text: &str) -> Vec<Value> {
