@@ -3,7 +3,7 @@
 #
 #   1. the Debian base image: `debootstrap --variant=minbase` of bookworm, tarred
 #      into the cache and imported into buildah's store (done once per machine);
-#   2. `cargo build --release` of the taskgate binary;
+#   2. `cargo build --release` of the taskgate binary (target dir in the cache);
 #   3. `buildah build` of ./Containerfile (chroot isolation, vfs storage) on that
 #      base, tagged localhost/taskgate:<version>;
 #   4. scripts/image/check.sh on the result (non-root, read-only root file system).
@@ -66,8 +66,14 @@ fi
 flock -u 9
 
 # -------------------------------------------------------------- binary ------
+# The release build keeps its target dir in the cache (outside the clone), so a
+# rerun on the same machine, even from a fresh clone, rebuilds only taskgate's own
+# crates; the binary is then put where the Containerfile expects it.
 t0=$(date +%s)
-cargo build --release --locked --bin taskgate >&2
+release_target="${TASKGATE_RELEASE_TARGET:-$CACHE_ROOT/release-target}"
+CARGO_TARGET_DIR="$release_target" cargo build --release --locked --bin taskgate >&2
+mkdir -p target/release
+cp -f "$release_target/release/taskgate" target/release/taskgate
 t cargo-release "$t0"
 
 # --------------------------------------------------------------- image ------
