@@ -512,25 +512,33 @@ async fn invalid_arguments_name_the_field_and_start_nothing() {
 
 #[tokio::test]
 async fn oversized_body_is_413() {
+    const LIMIT_BYTES: usize = 65536;
     let setup = Setup::new(); // max_body_bytes = 65536
     let server = Server::start(&setup).await;
     let client = server.client();
-    let big = "x".repeat(100 * 1024);
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "work", "arguments": { "label": big },
-                    "_meta": common::modern_meta(true) } });
-    let reply = client
-        .post_raw(
-            &Client::headers_for("tools/call", &json!({ "name": "work" })),
-            body.to_string(),
-        )
-        .await;
-    assert_eq!(reply.status, 413, "{}", reply.raw);
-    assert!(setup.runs().is_empty());
+    // A valid request padded with trailing white space (which JSON allows) to
+    // exactly `len` bytes.
+    let sized = |len: usize| {
+        let mut body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "work", "arguments": { "label": "edge", "seconds": 0 },
+                        "_meta": common::modern_meta(true) } })
+        .to_string();
+        assert!(body.len() < len);
+        body.push_str(&" ".repeat(len - body.len()));
+        body
+    };
+    let headers = Client::headers_for("tools/call", &json!({ "name": "work" }));
 
-    // Just under the limit is served.
-    let discover = client.request("server/discover", json!({})).await;
-    assert_eq!(discover.status, 200);
+    let over = client.post_raw(&headers, sized(LIMIT_BYTES + 1)).await;
+    assert_eq!(over.status, 413, "one byte over the limit: {}", over.raw);
+    assert!(over.raw.contains("server.max_body_bytes"), "{}", over.raw);
+    assert!(setup.runs().is_empty(), "nothing ran");
+    assert_eq!(server.engine_calls().await, 0);
+
+    let at = client.post_raw(&headers, sized(LIMIT_BYTES)).await;
+    assert_eq!(at.status, 200, "exactly at the limit is served: {}", at.raw);
+    assert_eq!(at.body["result"]["resultType"], "task", "{}", at.raw);
+    assert_eq!(setup.runs().len(), 1);
 }
 
 #[tokio::test]
