@@ -147,6 +147,52 @@ async fn input_round_trip_through_tasks_get_and_tasks_update() {
 }
 
 #[tokio::test]
+async fn a_client_that_declared_no_input_type_never_receives_an_input_request() {
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let plain = server.client().without_elicitation();
+    // Exec tools may all ask, so the call itself is served: a task.
+    let task_id = plain.start_task("ask", json!({ "label": "quiet" })).await;
+    let refused = common::wait_for("the run's question", LONG, async || {
+        let reply = plain.get_reply(&task_id).await;
+        assert!(
+            !reply.raw.contains("inputRequests") && !reply.raw.contains("elicitation/create"),
+            "an input request reached a client that did not declare elicitation: {}",
+            reply.raw
+        );
+        if reply.code() == -32021 {
+            Ok(reply)
+        } else {
+            Err(reply.raw)
+        }
+    })
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(
+        refused.error()["data"]["requiredCapabilities"],
+        json!({ "elicitation": {} }),
+        "{}",
+        refused.raw
+    );
+    // A request that declares it sees the question; anyone may answer it.
+    let asking = server.client().get(&task_id).await;
+    assert_eq!(asking["status"], "input_required", "{asking}");
+    assert_eq!(
+        asking["inputRequests"]["approve"]["method"],
+        "elicitation/create"
+    );
+    let ack = plain
+        .update(
+            &task_id,
+            json!({ "approve": { "action": "accept", "content": { "ok": true } } }),
+        )
+        .await;
+    assert_eq!(ack.status, 200, "{}", ack.raw);
+    let done = plain.wait_terminal(&task_id, LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
 async fn cancel_ends_the_task_and_its_whole_process_group() {
     let setup = Setup::new();
     let server = Server::start(&setup).await;
