@@ -249,3 +249,111 @@ async fn a_client_slow_with_its_body_gets_408_and_nothing_runs() {
     assert!(setup.runs().is_empty(), "nothing ran");
     assert_eq!(server.engine_calls().await, 0);
 }
+
+// ---------------------------------------------------------------- spool hygiene
+
+/// Waits until the retention (`keep`) of the finished run in `dir` has passed,
+/// by the end time its supervisor recorded.
+async fn until_retention_passed(dir: &std::path::Path, keep: Duration) {
+    let exit = dir.join("exit.json");
+    wait_for("the run's retention to pass", LIMIT, || {
+        let ended = std::fs::read(&exit)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["ended_at_ms"].as_u64());
+        async move {
+            let ended = ended?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            (now > ended + keep.as_millis() as u64 + 50).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Starts `tool` as a task and returns its run folder.
+async fn started(
+    setup: &Setup,
+    client: &common::Client,
+    tool: &str,
+    seconds: u64,
+) -> std::path::PathBuf {
+    let before = setup.runs();
+    client
+        .start_task(tool, json!({ "label": "sweep", "seconds": seconds }))
+        .await;
+    setup
+        .runs()
+        .into_iter()
+        .find(|r| !before.contains(r))
+        .expect("the new run's folder")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_sweeps_runs_past_their_retention_and_never_a_live_one() {
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let client = server.client();
+    // `brief` keeps a finished run 1 s.
+    let finished = started(&setup, &client, "brief", 0).await;
+    wait_for("the first run to finish", LIMIT, || {
+        let done = finished.join("exit.json").exists();
+        async move { done.then_some(()) }
+    })
+    .await;
+    // Still running long after its own 1 s retention would have passed.
+    let live = started(&setup, &client, "brief", 60).await;
+    until_retention_passed(&finished, Duration::from_secs(1)).await;
+    assert!(finished.exists(), "nobody read the finished run again");
+
+    // Any start sweeps: the expired run goes, the live one stays.
+    started(&setup, &client, "work", 0).await;
+    assert!(
+        !finished.exists(),
+        "a run past its retention was left: {:?}",
+        setup.runs()
+    );
+    assert!(live.join("meta.json").exists(), "a live run was removed");
+    assert_eq!(setup.runs().len(), 2, "{:?}", setup.runs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sweeps_at_start_and_check_config_reports_the_spool() {
+    let setup = Setup::new();
+    let mut first = Server::start(&setup).await;
+    let finished = started(&setup, &first.client(), "brief", 0).await;
+    wait_for("the run to finish", LIMIT, || {
+        let done = finished.join("exit.json").exists();
+        async move { done.then_some(()) }
+    })
+    .await;
+    first.kill();
+
+    let out = setup
+        .command(&["check-config", "--config", setup.config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(report.contains("spool: 1 runs, "), "{report}");
+    assert!(!report.contains("oldest created none"), "{report}");
+
+    until_retention_passed(&finished, Duration::from_secs(1)).await;
+    let _second = Server::start(&setup).await;
+    // No request at all: the new server's start removed it.
+    wait_for("the sweep at server start", LIMIT, || {
+        let gone = !finished.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    let out = setup
+        .command(&["check-config", "--config", setup.config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        report.contains("spool: 0 runs, 0 bytes, oldest created none"),
+        "{report}"
+    );
+}
