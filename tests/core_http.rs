@@ -44,6 +44,10 @@ async fn long_running_call_becomes_a_task_that_completes_with_its_result() {
         matches!(first["status"].as_str(), Some("working" | "completed")),
         "{first}"
     );
+    // A task still going tells the tool's poll interval (200 ms) on every read.
+    if first["status"] == "working" {
+        assert_eq!(first["pollIntervalMs"], 200, "{first}");
+    }
     assert_eq!(setup.runs().len(), 1, "exactly one run started");
 
     let done = client
@@ -63,7 +67,8 @@ async fn long_running_call_becomes_a_task_that_completes_with_its_result() {
         result["content"].as_array().is_some_and(|c| !c.is_empty()),
         "content must mirror the structured result: {done}"
     );
-    assert!(done.get("pollIntervalMs").is_none() || done["pollIntervalMs"].is_u64());
+    // A finished task has nothing left to poll for.
+    assert!(done.get("pollIntervalMs").is_none(), "{done}");
 }
 
 #[tokio::test]
@@ -410,6 +415,11 @@ async fn no_engine_reads_while_no_request_is_in_flight() {
 // ---------------------------------------------------------------- sealed handles
 
 /// Flips one character in the middle of the handle's sealed part.
+/// Milliseconds since the Unix epoch.
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 fn altered(handle: &str) -> String {
     let mut chars: Vec<char> = handle.chars().collect();
     let i = chars.len() * 2 / 3;
@@ -430,18 +440,15 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
 
     let handle = as_alice.start_task("sleeper", json!({})).await;
     assert!(handle.starts_with("tg1.k1."), "{handle}");
-    let created = Instant::now();
-    let expiring = as_alice
-        .start_task("brief", json!({ "label": "short", "seconds": 0 }))
+    let start = as_alice
+        .call("brief", json!({ "label": "short", "seconds": 0 }))
         .await;
-    let fresh = as_alice.get_reply(&expiring).await;
-    if created.elapsed() < Duration::from_millis(900) {
-        assert_eq!(
-            fresh.status, 200,
-            "readable before its keep_alive: {}",
-            fresh.raw
-        );
-    }
+    let start = start.result();
+    let expiring = start["taskId"].as_str().expect("taskId").to_owned();
+    // The handle stops opening exactly createdAt + ttlMs (1 s) on.
+    let created_at = humantime::parse_rfc3339(start["createdAt"].as_str().unwrap()).unwrap();
+    let expires_ms = unix_ms(created_at) + start["ttlMs"].as_u64().unwrap();
+    assert_eq!(start["ttlMs"], 1000, "{start}");
 
     // The same request id everywhere, so whole bodies can be compared.
     let probe = |client: Client, method: &'static str, task: String| async move {
@@ -485,15 +492,36 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
 
     // Expired (keep_alive = 1s): once it no longer opens, it reads as unknown.
     let unknown = probe(as_alice.clone(), "tasks/get", "tsk_unknown".into()).await;
-    let expired = common::wait_for("the handle to expire", LONG, || {
-        let (client, task) = (as_alice.clone(), expiring.clone());
-        async move {
-            let reply = probe(client, "tasks/get", task).await;
-            reply.body.get("error").is_some().then_some(reply)
+    let mut readable = 0;
+    let expired = common::wait_for("the handle to expire", LONG, async || {
+        let sent = unix_ms(std::time::SystemTime::now());
+        let reply = probe(as_alice.clone(), "tasks/get", expiring.clone()).await;
+        let answered = unix_ms(std::time::SystemTime::now());
+        let gone = reply.body.get("error").is_some();
+        // The server decided between `sent` and `answered`.
+        assert!(
+            !gone || answered >= expires_ms,
+            "unknown {} ms before its ttl ended: {}",
+            expires_ms.saturating_sub(answered),
+            reply.raw
+        );
+        assert!(
+            gone || sent < expires_ms,
+            "still readable {} ms after its ttl ended",
+            sent.saturating_sub(expires_ms)
+        );
+        if gone {
+            Ok(reply)
+        } else {
+            readable += 1;
+            Err(reply.raw)
         }
     })
     .await;
-    assert!(created.elapsed() >= Duration::from_secs(1));
+    assert!(
+        readable > 0,
+        "the handle was read at least once before its ttl ended"
+    );
     assert_eq!(
         (expired.status, &expired.raw),
         (unknown.status, &unknown.raw)
