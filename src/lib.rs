@@ -22,6 +22,9 @@ pub mod rpc;
 pub mod server;
 pub mod transport;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::path::Path;
 
 pub use crate::core::{ConfigFileError, Gateway};

@@ -133,6 +133,13 @@ async fn run(command: Command) -> ExitCode {
                 Ok(gw) => Arc::new(gw),
                 Err(e) => return config_error(&e),
             };
+            // A bounded sweep of what engines keep on this host (exec runs past
+            // their retention); there is no background loop.
+            for (name, engine) in &gw.engines {
+                for finding in engine.tidy().await {
+                    tracing::info!(engine = %name, "{finding}");
+                }
+            }
             let outcome = if stdio {
                 taskgate::transport::stdio::serve(gw, tokio::io::stdin(), tokio::io::stdout()).await
             } else {

@@ -16,6 +16,7 @@ use subtle::ConstantTimeEq;
 use tracing::Instrument;
 
 use crate::core::audit::{self, Action, Outcome};
+use crate::core::budget;
 use crate::core::handle::Purpose;
 use crate::core::{Caller, Gateway};
 use crate::dialect::session::Session;
@@ -339,8 +340,22 @@ fn is_stateless_message(message: &Message, headers: Option<&HeaderMap>) -> bool 
 }
 
 /// Serves one admitted message. `out` carries what the server sends before the
-/// response (an SSE stream, stdout).
+/// response (an SSE stream, stdout). Its engine calls are bounded by
+/// `server.max_engine_calls` (an entry of a batch shares the batch's bound).
 pub async fn dispatch(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    admitted: Admitted,
+    out: Option<Outbound>,
+) -> Dispatched {
+    budget::within(
+        gw.server.max_engine_calls,
+        dispatch_unbounded(gw, inbound, admitted, out),
+    )
+    .await
+}
+
+async fn dispatch_unbounded(
     gw: &Gateway,
     inbound: &Inbound<'_>,
     admitted: Admitted,
@@ -499,20 +514,26 @@ pub async fn dispatch_batch(
     if version.is_some_and(|v| v != Version::V2025_03_26) {
         return Err(invalid("batches exist only in protocol version 2025-03-26"));
     }
-    let mut answers = Vec::new();
-    for item in items {
-        let id = item.get("id").cloned().unwrap_or(Value::Null);
-        match Message::parse(item) {
-            Ok(message) => {
-                let era = era_of(&message, inbound.headers, session.clone());
-                let admitted = Admitted { message, era };
-                if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
-                    answers.push(body);
+    // One bound on engine calls for the whole batch: entries past it get a
+    // retryable error each.
+    let answers = budget::within(gw.server.max_engine_calls, async {
+        let mut answers = Vec::new();
+        for item in items {
+            let id = item.get("id").cloned().unwrap_or(Value::Null);
+            match Message::parse(item) {
+                Ok(message) => {
+                    let era = era_of(&message, inbound.headers, session.clone());
+                    let admitted = Admitted { message, era };
+                    if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
+                        answers.push(body);
+                    }
                 }
+                Err(e) => answers.push(e.response(&id)),
             }
-            Err(e) => answers.push(e.response(&id)),
         }
-    }
+        answers
+    })
+    .await;
     Ok((!answers.is_empty()).then_some(Value::Array(answers)))
 }
 

@@ -44,6 +44,10 @@ async fn long_running_call_becomes_a_task_that_completes_with_its_result() {
         matches!(first["status"].as_str(), Some("working" | "completed")),
         "{first}"
     );
+    // A task still going tells the tool's poll interval (200 ms) on every read.
+    if first["status"] == "working" {
+        assert_eq!(first["pollIntervalMs"], 200, "{first}");
+    }
     assert_eq!(setup.runs().len(), 1, "exactly one run started");
 
     let done = client
@@ -63,7 +67,8 @@ async fn long_running_call_becomes_a_task_that_completes_with_its_result() {
         result["content"].as_array().is_some_and(|c| !c.is_empty()),
         "content must mirror the structured result: {done}"
     );
-    assert!(done.get("pollIntervalMs").is_none() || done["pollIntervalMs"].is_u64());
+    // A finished task has nothing left to poll for.
+    assert!(done.get("pollIntervalMs").is_none(), "{done}");
 }
 
 #[tokio::test]
@@ -144,6 +149,52 @@ async fn input_round_trip_through_tasks_get_and_tasks_update() {
     let answer = &done["result"]["structuredContent"]["answer"];
     assert_eq!(answer["action"], "accept", "{done}");
     assert_eq!(answer["content"], json!({ "ok": true }), "{done}");
+}
+
+#[tokio::test]
+async fn a_client_that_declared_no_input_type_never_receives_an_input_request() {
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let plain = server.client().without_elicitation();
+    // Exec tools may all ask, so the call itself is served: a task.
+    let task_id = plain.start_task("ask", json!({ "label": "quiet" })).await;
+    let refused = common::wait_for("the run's question", LONG, async || {
+        let reply = plain.get_reply(&task_id).await;
+        assert!(
+            !reply.raw.contains("inputRequests") && !reply.raw.contains("elicitation/create"),
+            "an input request reached a client that did not declare elicitation: {}",
+            reply.raw
+        );
+        if reply.code() == -32021 {
+            Ok(reply)
+        } else {
+            Err(reply.raw)
+        }
+    })
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(
+        refused.error()["data"]["requiredCapabilities"],
+        json!({ "elicitation": {} }),
+        "{}",
+        refused.raw
+    );
+    // A request that declares it sees the question; anyone may answer it.
+    let asking = server.client().get(&task_id).await;
+    assert_eq!(asking["status"], "input_required", "{asking}");
+    assert_eq!(
+        asking["inputRequests"]["approve"]["method"],
+        "elicitation/create"
+    );
+    let ack = plain
+        .update(
+            &task_id,
+            json!({ "approve": { "action": "accept", "content": { "ok": true } } }),
+        )
+        .await;
+    assert_eq!(ack.status, 200, "{}", ack.raw);
+    let done = plain.wait_terminal(&task_id, LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
 }
 
 #[tokio::test]
@@ -364,6 +415,11 @@ async fn no_engine_reads_while_no_request_is_in_flight() {
 // ---------------------------------------------------------------- sealed handles
 
 /// Flips one character in the middle of the handle's sealed part.
+/// Milliseconds since the Unix epoch.
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 fn altered(handle: &str) -> String {
     let mut chars: Vec<char> = handle.chars().collect();
     let i = chars.len() * 2 / 3;
@@ -384,18 +440,15 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
 
     let handle = as_alice.start_task("sleeper", json!({})).await;
     assert!(handle.starts_with("tg1.k1."), "{handle}");
-    let created = Instant::now();
-    let expiring = as_alice
-        .start_task("brief", json!({ "label": "short", "seconds": 0 }))
+    let start = as_alice
+        .call("brief", json!({ "label": "short", "seconds": 0 }))
         .await;
-    let fresh = as_alice.get_reply(&expiring).await;
-    if created.elapsed() < Duration::from_millis(900) {
-        assert_eq!(
-            fresh.status, 200,
-            "readable before its keep_alive: {}",
-            fresh.raw
-        );
-    }
+    let start = start.result();
+    let expiring = start["taskId"].as_str().expect("taskId").to_owned();
+    // The handle stops opening exactly createdAt + ttlMs (1 s) on.
+    let created_at = humantime::parse_rfc3339(start["createdAt"].as_str().unwrap()).unwrap();
+    let expires_ms = unix_ms(created_at) + start["ttlMs"].as_u64().unwrap();
+    assert_eq!(start["ttlMs"], 1000, "{start}");
 
     // The same request id everywhere, so whole bodies can be compared.
     let probe = |client: Client, method: &'static str, task: String| async move {
@@ -439,15 +492,36 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
 
     // Expired (keep_alive = 1s): once it no longer opens, it reads as unknown.
     let unknown = probe(as_alice.clone(), "tasks/get", "tsk_unknown".into()).await;
-    let expired = common::wait_for("the handle to expire", LONG, || {
-        let (client, task) = (as_alice.clone(), expiring.clone());
-        async move {
-            let reply = probe(client, "tasks/get", task).await;
-            reply.body.get("error").is_some().then_some(reply)
+    let mut readable = 0;
+    let expired = common::wait_for("the handle to expire", LONG, async || {
+        let sent = unix_ms(std::time::SystemTime::now());
+        let reply = probe(as_alice.clone(), "tasks/get", expiring.clone()).await;
+        let answered = unix_ms(std::time::SystemTime::now());
+        let gone = reply.body.get("error").is_some();
+        // The server decided between `sent` and `answered`.
+        assert!(
+            !gone || answered >= expires_ms,
+            "unknown {} ms before its ttl ended: {}",
+            expires_ms.saturating_sub(answered),
+            reply.raw
+        );
+        assert!(
+            gone || sent < expires_ms,
+            "still readable {} ms after its ttl ended",
+            sent.saturating_sub(expires_ms)
+        );
+        if gone {
+            Ok(reply)
+        } else {
+            readable += 1;
+            Err(reply.raw)
         }
     })
     .await;
-    assert!(created.elapsed() >= Duration::from_secs(1));
+    assert!(
+        readable > 0,
+        "the handle was read at least once before its ttl ended"
+    );
     assert_eq!(
         (expired.status, &expired.raw),
         (unknown.status, &unknown.raw)
@@ -512,25 +586,33 @@ async fn invalid_arguments_name_the_field_and_start_nothing() {
 
 #[tokio::test]
 async fn oversized_body_is_413() {
+    const LIMIT_BYTES: usize = 65536;
     let setup = Setup::new(); // max_body_bytes = 65536
     let server = Server::start(&setup).await;
     let client = server.client();
-    let big = "x".repeat(100 * 1024);
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "work", "arguments": { "label": big },
-                    "_meta": common::modern_meta(true) } });
-    let reply = client
-        .post_raw(
-            &Client::headers_for("tools/call", &json!({ "name": "work" })),
-            body.to_string(),
-        )
-        .await;
-    assert_eq!(reply.status, 413, "{}", reply.raw);
-    assert!(setup.runs().is_empty());
+    // A valid request padded with trailing white space (which JSON allows) to
+    // exactly `len` bytes.
+    let sized = |len: usize| {
+        let mut body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "work", "arguments": { "label": "edge", "seconds": 0 },
+                        "_meta": common::modern_meta(true) } })
+        .to_string();
+        assert!(body.len() < len);
+        body.push_str(&" ".repeat(len - body.len()));
+        body
+    };
+    let headers = Client::headers_for("tools/call", &json!({ "name": "work" }));
 
-    // Just under the limit is served.
-    let discover = client.request("server/discover", json!({})).await;
-    assert_eq!(discover.status, 200);
+    let over = client.post_raw(&headers, sized(LIMIT_BYTES + 1)).await;
+    assert_eq!(over.status, 413, "one byte over the limit: {}", over.raw);
+    assert!(over.raw.contains("server.max_body_bytes"), "{}", over.raw);
+    assert!(setup.runs().is_empty(), "nothing ran");
+    assert_eq!(server.engine_calls().await, 0);
+
+    let at = client.post_raw(&headers, sized(LIMIT_BYTES)).await;
+    assert_eq!(at.status, 200, "exactly at the limit is served: {}", at.raw);
+    assert_eq!(at.body["result"]["resultType"], "task", "{}", at.raw);
+    assert_eq!(setup.runs().len(), 1);
 }
 
 #[tokio::test]

@@ -27,7 +27,10 @@ const LONG: Duration = Duration::from_secs(30);
 fn tasks_client() -> ClientConfig {
     ClientConfig::new(
         // The builder needs rmcp's server feature; the wire form says the same.
-        serde_json::from_value(json!({ "extensions": { common::TASKS: {} } })).unwrap(),
+        serde_json::from_value(
+            json!({ "extensions": { common::TASKS: {} }, "elicitation": { "form": {} } }),
+        )
+        .unwrap(),
         Implementation::new("taskgate-rmcp-test", "0.0.0"),
     )
 }

@@ -193,10 +193,13 @@ impl Connection {
         })
     }
 
-    /// The `_meta` every request carries.
-    fn meta(&self) -> Value {
+    /// The `_meta` every request carries. Requests about a task declare form
+    /// elicitation always (the client shows, and can later answer, what a run
+    /// asks); a `tools/call` only when it can answer at once, so a call that
+    /// cannot is not held for a question before its task exists.
+    fn meta(&self, method: &str) -> Value {
         let mut caps = json!({ "extensions": { TASKS_EXTENSION: {} } });
-        if self.elicitation {
+        if self.elicitation || method != "tools/call" {
             caps["elicitation"] = json!({ "form": {} });
         }
         json!({
@@ -240,7 +243,7 @@ impl Connection {
         param_headers: &[(String, String)],
         timeout: Duration,
     ) -> Result<Value, WireError> {
-        params["_meta"] = self.meta();
+        params["_meta"] = self.meta(method);
         self.next_id += 1;
         let id = self.next_id;
         let name = mcp_name(method, &params);

@@ -131,6 +131,22 @@ pub struct ServerConfig {
     pub max_waits: usize,
     /// Most requests of one caller that may wait for runs at once. Default 16.
     pub max_waits_per_caller: usize,
+    /// Most engine calls one request may make (a batch counts as one request;
+    /// starts, reads, cancels, answers and SEP-1391 lookups count, the paced
+    /// re-reads of a request that waits for a run do not: `max_wait` and
+    /// `max_waits` bound those). Past it the rest of the request gets a
+    /// retryable error naming this key, so one request cannot drain a
+    /// rate-limited engine account. Default 64.
+    pub max_engine_calls: usize,
+    /// How long a client may take to send a request's headers over HTTP; a
+    /// slower connection is closed. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body over HTTP, from its
+    /// headers to its last byte; a slower one gets 408 and the connection is
+    /// closed. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -145,6 +161,9 @@ impl Default for ServerConfig {
             max_batch: 32,
             max_waits: 256,
             max_waits_per_caller: 16,
+            max_engine_calls: 64,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }

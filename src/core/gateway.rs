@@ -192,8 +192,13 @@ impl Gateway {
             }
             // Every call under a deadline and counted; concurrent reads of one
             // run share one call.
-            let pipeline: Arc<dyn Pipeline> = Arc::new(SingleFlight::new(Arc::new(
-                Deadlines::new(inner, cfg.server.call_timeout, meter.clone()),
+            // Each request's calls count against server.max_engine_calls.
+            let pipeline: Arc<dyn Pipeline> = Arc::new(super::budget::Budgeted::new(Arc::new(
+                SingleFlight::new(Arc::new(Deadlines::new(
+                    inner,
+                    cfg.server.call_timeout,
+                    meter.clone(),
+                ))),
             )));
             tools.push(Tool {
                 config: tool,
@@ -419,10 +424,23 @@ impl Gateway {
     /// or `limit` has passed; re-reads the engine only while waiting. `on_change`
     /// sees every snapshot (for progress notifications).
     ///
+    /// Its reads do not count against `server.max_engine_calls` (`max_wait` and
+    /// `max_waits` bound them).
+    ///
     /// # Errors
     ///
     /// As [`Gateway::read`].
     pub async fn wait(
+        &self,
+        tool: &Tool,
+        native: &str,
+        limit: Duration,
+        on_change: impl FnMut(&Snapshot),
+    ) -> Result<Snapshot, CoreError> {
+        super::budget::exempt(self.wait_unbudgeted(tool, native, limit, on_change)).await
+    }
+
+    async fn wait_unbudgeted(
         &self,
         tool: &Tool,
         native: &str,

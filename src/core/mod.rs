@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod budget;
 pub mod config;
 pub mod engines;
 pub mod gateway;

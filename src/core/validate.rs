@@ -24,9 +24,42 @@ pub(crate) struct Checked {
     pub validators: Vec<Option<jsonschema::Validator>>,
 }
 
+/// The server's bounds must let something through: a zero would refuse every
+/// request (or close every connection) and is surely a mistake.
+fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigProblem>) {
+    let counts = [
+        ("max_body_bytes", server.max_body_bytes),
+        ("max_batch", server.max_batch),
+        ("max_waits", server.max_waits),
+        ("max_waits_per_caller", server.max_waits_per_caller),
+        ("max_engine_calls", server.max_engine_calls),
+    ];
+    for (key, value) in counts {
+        if value == 0 {
+            problems.push(ConfigProblem::new(
+                format!("server.{key}"),
+                "must be at least 1".to_owned(),
+            ));
+        }
+    }
+    let deadlines = [
+        ("header_read_timeout", server.header_read_timeout),
+        ("body_read_timeout", server.body_read_timeout),
+    ];
+    for (key, value) in deadlines {
+        if value.is_zero() {
+            problems.push(ConfigProblem::new(
+                format!("server.{key}"),
+                "must be longer than 0s".to_owned(),
+            ));
+        }
+    }
+}
+
 /// Runs every check of `cfg`, appending what is wrong to `problems`.
 pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Checked {
     let keys = check_keys(cfg, problems);
+    check_bounds(&cfg.server, problems);
     let mut bearer = Vec::new();
     for (i, b) in cfg.auth.bearer.iter().enumerate() {
         if b.caller.is_empty() || b.caller.contains('#') {

@@ -66,6 +66,13 @@ pub async fn handle(
             match method {
                 "tasks/get" => {
                     let snapshot = gw.read(tool, &claims.native).await?;
+                    // An input request goes only to a request that declared its
+                    // type (elicitation); any other gets -32021 naming it.
+                    if matches!(snapshot.state, RunState::InputRequired { .. })
+                        && !declared.elicitation
+                    {
+                        return Err(missing_elicitation());
+                    }
                     Ok(detailed_task(task_id, &claims, tool, &snapshot))
                 }
                 "tasks/update" => {
@@ -102,6 +109,12 @@ pub async fn handle(
 
 fn missing_tasks() -> RpcError {
     RpcError::MissingCapability(json!({ "extensions": { TASKS_EXTENSION: {} } }))
+}
+
+/// The run waits for an answer to an input request (elicitation, the only type
+/// taskgate's engines ask), which the request did not declare it can take.
+fn missing_elicitation() -> RpcError {
+    RpcError::MissingCapability(json!({ "elicitation": {} }))
 }
 
 fn check_meta(params: &Value) -> Result<Declared, RpcError> {

@@ -4,12 +4,11 @@
 //! answers (JSON or an SSE stream) and sets the session header; the front door
 //! decides everything about the message itself.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Extension, State};
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,7 +25,6 @@ type OAuth = Extension<Option<Arc<Authenticator>>>;
 
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
-    let limit = gw.server.max_body_bytes;
     let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
     let mut router = Router::new()
         .route(
@@ -40,10 +38,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             router = router.route(&path, get(resource_metadata));
         }
     }
-    router
-        .layer(Extension(oauth))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(gw)
+    router.layer(Extension(oauth)).with_state(gw)
 }
 
 /// RFC 9728 Protected Resource Metadata.
@@ -84,33 +79,67 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// [`SHUTDOWN_GRACE`] to finish, and returns. Nothing is lost by stopping: every
 /// task lives in its engine.
 ///
+/// Each connection is served by hyper's HTTP/1 server with a timer, so a client
+/// that takes longer than `server.header_read_timeout` to send a request's
+/// headers is disconnected; the body's deadline is kept by [`read_body`].
+///
 /// # Errors
 ///
 /// When the address cannot be bound.
 pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let server = {
-        let stop = stop.clone();
-        axum::serve(listener, router(gw))
-            .with_graceful_shutdown(async move { stop.notified().await })
-            .into_future()
-    };
-    tokio::pin!(server);
-    tokio::select! {
-        outcome = &mut server => return outcome,
-        () = stop_signal() => {}
-    }
-    tracing::info!("stopping: no new connections; requests in flight may finish");
-    stop.notify_one();
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(outcome) => outcome,
-        Err(_) => {
-            tracing::warn!("requests still in flight after the grace period; stopping anyway");
-            Ok(())
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(gw.server.header_read_timeout);
+    let app = router(gw);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: the listener stays; try again shortly.
+                        tracing::warn!(error = %e, "cannot accept a connection");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let mut stopping = stop_rx.clone();
+                connections.spawn(async move {
+                    tokio::pin!(connection);
+                    tokio::select! {
+                        outcome = connection.as_mut() => {
+                            if let Err(e) = outcome {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        }
+                        _ = stopping.changed() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut stop => break,
         }
     }
+    drop(listener);
+    tracing::info!("stopping: no new connections; requests in flight may finish");
+    let _ = stop_tx.send(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+        tracing::warn!("requests still in flight after the grace period; stopping anyway");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -222,7 +251,7 @@ async fn mcp(
     State(gw): State<Arc<Gateway>>,
     Extension(oauth): OAuth,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
         if !host_allowed(&gw, host) {
@@ -238,6 +267,10 @@ async fn mcp(
     let caller = match server::identify(&gw, oauth.as_deref(), &headers).await {
         Ok(c) => c,
         Err(e) => return unauthenticated(oauth.as_deref(), &e),
+    };
+    let body = match read_body(&headers, body, &gw.server).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
     let inbound = Inbound {
         caller: &caller,
@@ -264,6 +297,71 @@ async fn mcp(
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())
+}
+
+/// Reads a request body of at most `server.max_body_bytes` within
+/// `server.body_read_timeout` (counted from the end of the headers).
+///
+/// # Errors
+///
+/// The response to send instead, each closing the connection: 413 for a body
+/// over the limit (declared or sent), 408 for one too slow, 400 for one cut off.
+async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    server: &crate::core::config::ServerConfig,
+) -> Result<Bytes, Response> {
+    use futures::StreamExt as _;
+    let limit = server.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        closing(
+            413,
+            &format!("the request body is larger than this server accepts ({limit} bytes, server.max_body_bytes)"),
+        )
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buffer = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|_| closing(400, "the request body was cut off"))?;
+            if buffer.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            buffer.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buffer))
+    };
+    match tokio::time::timeout(server.body_read_timeout, read).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            tracing::info!("a request body took longer than server.body_read_timeout; closing");
+            Err(closing(
+                408,
+                &format!(
+                    "the request body did not arrive within {} (server.body_read_timeout)",
+                    humantime::format_duration(server.body_read_timeout)
+                ),
+            ))
+        }
+    }
+}
+
+/// A refusal of a request whose body was not read to its end: a JSON-RPC
+/// error, and the connection closed after it.
+fn closing(status: u16, why: &str) -> Response {
+    let error = RpcError::InvalidRequest(why.to_owned());
+    let mut response = json_response(status, &error.refusal());
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn finish(dispatched: Dispatched, oauth: Option<&Authenticator>) -> Response {

@@ -39,10 +39,21 @@ where
         Ok::<_, std::io::Error>(())
     });
 
-    let mut lines = BufReader::new(input).lines();
+    let mut input = BufReader::new(input);
+    let mut line = Vec::new();
     let mut tasks = JoinSet::new();
-    while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
+    // A line is one message: bytes, not necessarily UTF-8 (a bad one is a parse
+    // error, not the end of the connection), and at most server.max_body_bytes.
+    while read_line(&mut input, &mut line, gw.server.max_body_bytes).await? {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if line.len() > gw.server.max_body_bytes {
+            let error = crate::rpc::RpcError::InvalidRequest(format!(
+                "a message longer than this server accepts ({} bytes, server.max_body_bytes)",
+                gw.server.max_body_bytes
+            ));
+            let _ = tx.send(error.response(&Value::Null));
             continue;
         }
         let inbound = Inbound {
@@ -50,7 +61,7 @@ where
             headers: None,
             connection: Some(&connection),
         };
-        let admitted = match server::admit(&gw, &inbound, line.as_bytes()) {
+        let admitted = match server::admit(&gw, &inbound, &line) {
             Ok(a) => a,
             Err(refusal) => {
                 let _ = tx.send(refusal.body);
@@ -95,4 +106,33 @@ where
     while tasks.join_next().await.is_some() {}
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
+}
+
+/// Reads the next line into `line` (without its newline); `false` at the end of
+/// the input. A line longer than `limit` is read past and left in `line`
+/// truncated to `limit + 1` bytes, so the caller can refuse it without holding it.
+async fn read_line<R: AsyncRead + Unpin>(
+    input: &mut BufReader<R>,
+    line: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<bool> {
+    line.clear();
+    let mut read_any = false;
+    loop {
+        let chunk = input.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(read_any);
+        }
+        read_any = true;
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        let room = (limit + 1).saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..take.min(room)]);
+        input.consume(if done { take + 1 } else { take });
+        if done {
+            return Ok(true);
+        }
+    }
 }

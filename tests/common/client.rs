@@ -213,10 +213,12 @@ pub fn modern_meta(tasks: bool) -> Value {
     modern_meta_as("taskgate-tests", tasks)
 }
 
-/// [`modern_meta`] with `client` as the client name.
+/// [`modern_meta`] with `client` as the client name. A client with the tasks
+/// extension also declares form elicitation (it answers input requests with
+/// `tasks/update`); see [`Client::without_elicitation`].
 pub fn modern_meta_as(client: &str, tasks: bool) -> Value {
     let caps = if tasks {
-        json!({ "extensions": { TASKS: {} } })
+        json!({ "extensions": { TASKS: {} }, "elicitation": { "form": {} } })
     } else {
         json!({})
     };
@@ -276,6 +278,8 @@ pub struct Client {
     pub token: Option<String>,
     /// Whether requests declare the tasks extension.
     pub tasks: bool,
+    /// Whether requests (with the extension) declare form elicitation.
+    pub elicitation: bool,
     ids: Arc<AtomicU64>,
 }
 
@@ -287,6 +291,7 @@ impl Client {
             url: url.to_owned(),
             token: None,
             tasks: true,
+            elicitation: true,
             ids: Arc::default(),
         }
     }
@@ -308,6 +313,12 @@ impl Client {
     /// The same client, not declaring the tasks extension.
     pub fn without_tasks(mut self) -> Self {
         self.tasks = false;
+        self
+    }
+
+    /// The same client, declaring the tasks extension but no input type.
+    pub fn without_elicitation(mut self) -> Self {
+        self.elicitation = false;
         self
     }
 
@@ -367,6 +378,13 @@ impl Client {
     /// As [`Client::request`], with a chosen id.
     pub async fn request_with_id(&self, id: Value, method: &str, mut params: Value) -> Reply {
         params["_meta"] = modern_meta(self.tasks);
+        if !self.elicitation {
+            if let Some(caps) =
+                params["_meta"]["io.modelcontextprotocol/clientCapabilities"].as_object_mut()
+            {
+                caps.remove("elicitation");
+            }
+        }
         let headers = Self::headers_for(method, &params);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         self.post_for(&headers, body.to_string(), Some(&id)).await

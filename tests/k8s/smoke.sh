@@ -100,7 +100,9 @@ fi
 
 # 5. suspended Job: no pods until spec.suspend=false
 job susp "  suspend: true" '        taskgate.test/duration: "500ms"'
-sleep 3
+# The job controller marks the Job Suspended once it has handled it: from then on
+# "no pods" means it chose not to make any (not that it has not got to it yet).
+k -n "$NS" wait --for=condition=Suspended job/susp --timeout=60s >/dev/null || true
 n=$(k -n "$NS" get pods -l job-name=susp -o name | wc -l)
 cond=$(k -n "$NS" get job susp -o jsonpath='{.status.conditions[?(@.type=="Suspended")].status}')
 (( n == 0 )) && [[ "$cond" == True ]] && ok "suspended job: 0 pods, Suspended=$cond" || bad "suspended job: pods=$n Suspended=$cond"

@@ -40,6 +40,14 @@ pub trait Engine: Send + Sync + 'static {
     async fn probe(&self) -> Result<Vec<String>, EngineError> {
         Ok(Vec::new())
     }
+
+    /// Tidies what the engine itself keeps on this host (the exec engine: run
+    /// folders past their retention), a bounded amount of work and never an
+    /// upstream call; `taskgate serve` calls it once when it starts. Returns
+    /// human-readable findings; the default keeps nothing and does nothing.
+    async fn tidy(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the server tells an engine about a tool when binding it.

@@ -75,8 +75,73 @@ impl Spool {
             .map_err(|e| map_error(Action::Spool("cannot create the spool folder"), e))
     }
 
+    /// Removes the run folders past their retention among at most `limit` of
+    /// the spool's runs, starting at a varying place so that successive sweeps
+    /// cover all of them. A run whose supervisor or process is alive is never
+    /// removed (translation calls it removable only once both are gone), nor a
+    /// folder that is not a run. Returns how many runs were looked at and removed.
+    pub(crate) fn sweep(&self, limit: usize) -> Sweep {
+        let mut names: Vec<String> = match std::fs::read_dir(&self.settings.spool_dir) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| layout::valid_run_name(n))
+                .collect(),
+            Err(_) => return Sweep::default(),
+        };
+        names.sort_unstable();
+        let start = if names.is_empty() {
+            0
+        } else {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos() as usize);
+            nanos % names.len()
+        };
+        let mut sweep = Sweep::default();
+        let now = SystemTime::now();
+        for name in names
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(limit.min(names.len()))
+        {
+            let dir = self.settings.spool_dir.join(name);
+            sweep.examined += 1;
+            let Ok(view) = self.view(&dir) else { continue };
+            if let Translation::Gone { removable: true } = translate(&view, now) {
+                self.remove(&dir);
+                sweep.removed += 1;
+            }
+        }
+        sweep
+    }
+
+    /// The spool's size: its runs, their bytes and the oldest one's creation.
+    pub(crate) fn size(&self) -> SpoolSize {
+        let mut size = SpoolSize::default();
+        let Ok(entries) = std::fs::read_dir(&self.settings.spool_dir) else {
+            return size;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !layout::valid_run_name(&name) {
+                continue;
+            }
+            size.runs += 1;
+            size.bytes += tree_bytes(&entry.path());
+            if let Ok(Some(meta)) = layout::read_json::<Meta>(&entry.path().join(META)) {
+                let created = layout::from_ms(meta.created_at_ms);
+                size.oldest = Some(size.oldest.map_or(created, |o: SystemTime| o.min(created)));
+            }
+        }
+        size
+    }
+
     /// Creates the run folder and launches its supervisor; idempotent for the
-    /// same run name and arguments.
+    /// same run name and arguments. First sweeps a few runs past their retention.
     pub(crate) fn start(&self, launch: &Launch<'_>) -> Result<NativeRef, EngineError> {
         if !layout::valid_run_name(launch.run_name) {
             return Err(EngineError::InvalidInput {
@@ -84,6 +149,13 @@ impl Spool {
             });
         }
         self.ensure_spool()?;
+        let swept = self.sweep(SWEEP_AT_START);
+        if swept.removed > 0 {
+            tracing::debug!(
+                removed = swept.removed,
+                "exec runs past their retention removed"
+            );
+        }
         let dir = self.run_dir(launch.run_name)?;
         let args_hash = args_hash(launch.tool, launch.arguments);
         // A second attempt covers a folder whose retention passed and that was
@@ -405,6 +477,46 @@ impl Spool {
         view.exit = exit;
         Ok(view)
     }
+}
+
+/// How many runs a start looks at for removal.
+pub(crate) const SWEEP_AT_START: usize = 16;
+/// How many runs the sweep at server start looks at.
+pub(crate) const SWEEP_AT_SERVE: usize = 256;
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sweep {
+    /// Runs looked at.
+    pub examined: usize,
+    /// Runs removed (past their retention, nothing alive).
+    pub removed: usize,
+}
+
+/// The size of a spool.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SpoolSize {
+    /// Run folders.
+    pub runs: usize,
+    /// Bytes of their files.
+    pub bytes: u64,
+    /// When the oldest run was created.
+    pub oldest: Option<SystemTime>,
+}
+
+/// Bytes of the files under `dir` (not following links).
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Reads a record taskgate itself wrote (whole, by rename).

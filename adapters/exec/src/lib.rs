@@ -110,12 +110,35 @@ impl Engine for ExecEngine {
                     message: format!("the supervisor {program:?} is not an executable file"),
                 });
             }
+            let size = spool.size();
+            let oldest = size.oldest.map_or_else(
+                || "none".to_owned(),
+                |t| humantime::format_rfc3339_seconds(t).to_string(),
+            );
             Ok(vec![
                 format!("spool folder {} is writable", settings.spool_dir.display()),
+                format!(
+                    "spool: {} runs, {} bytes, oldest created {oldest}",
+                    size.runs, size.bytes
+                ),
                 format!("supervisor: {}", settings.supervisor.join(" ")),
             ])
         })
         .await
+    }
+
+    /// Removes run folders past their retention, looking at no more than
+    /// 256 of them; a live run is never removed.
+    async fn tidy(&self) -> Vec<String> {
+        let spool = self.spool.clone();
+        let swept = blocking(move || Ok(spool.sweep(client::SWEEP_AT_SERVE))).await;
+        match swept {
+            Ok(s) if s.removed > 0 => vec![format!(
+                "exec spool: {} of {} runs looked at were past their retention and removed",
+                s.removed, s.examined
+            )],
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -1,0 +1,178 @@
+//! The bound on engine calls per request (`server.max_engine_calls`): a layer
+//! around every pipeline that counts the calls the request being served has
+//! made, and refuses the ones past the bound with a retryable error. The count
+//! lives with the request (a task-local scope opened by the front door) and
+//! ends with it; nothing is kept between requests.
+//!
+//! Starts, reads, cancels, answers and lookups count. The reads of a request
+//! that waits for a run ([`exempt`], and every `wait_for_change`) do not: they are paced by the
+//! tool's poll interval and bounded by `max_wait` and `max_waits`. Outside a
+//! scope (`check-config`, tests of the core) nothing is counted.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use taskgate_engine::{
+    Capabilities, EngineError, InputResponse, NativeRef, Pipeline, Snapshot, StartRequest,
+};
+
+/// How long a client is told to wait before sending the refused rest.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The engine calls one request may still make.
+#[derive(Debug)]
+struct CallBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+tokio::task_local! {
+    static BUDGET: Arc<CallBudget>;
+}
+
+/// Runs `work` (the serving of one request, or of one whole batch) with a budget
+/// of `limit` engine calls. Inside a scope already open (an entry of a batch),
+/// the outer budget holds and no new one is opened.
+pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
+    if BUDGET.try_with(|_| ()).is_ok() {
+        return work.await;
+    }
+    let budget = Arc::new(CallBudget {
+        limit,
+        used: AtomicUsize::new(0),
+    });
+    BUDGET.scope(budget, work).await
+}
+
+/// Runs `work` outside the request's budget: the reads of a request that waits
+/// for a run, which `max_wait` and `max_waits` bound instead.
+pub async fn exempt<F: Future>(work: F) -> F::Output {
+    let unbounded = Arc::new(CallBudget {
+        limit: usize::MAX,
+        used: AtomicUsize::new(0),
+    });
+    BUDGET.scope(unbounded, work).await
+}
+
+/// Counts one call against the current request's budget.
+fn spend() -> Result<(), EngineError> {
+    let Ok(budget) = BUDGET.try_with(Arc::clone) else {
+        return Ok(());
+    };
+    let before = budget.used.fetch_add(1, Ordering::Relaxed);
+    if before < budget.limit {
+        return Ok(());
+    }
+    Err(EngineError::Throttled {
+        retry_after: Some(RETRY_AFTER),
+        message: format!(
+            "this request reached taskgate's bound of {} engine calls (server.max_engine_calls); \
+             send the rest in another request",
+            budget.limit
+        ),
+    })
+}
+
+/// A pipeline whose calls count against the request's budget.
+pub struct Budgeted {
+    inner: Arc<dyn Pipeline>,
+}
+
+impl Budgeted {
+    /// Wraps `inner`.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Pipeline>) -> Self {
+        Self { inner }
+    }
+}
+
+#[async_trait]
+impl Pipeline for Budgeted {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
+        spend()?;
+        self.inner.start(request).await
+    }
+
+    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        spend()?;
+        self.inner.read(run).await
+    }
+
+    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        spend()?;
+        self.inner.cancel(run).await
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &InputResponse,
+    ) -> Result<(), EngineError> {
+        spend()?;
+        self.inner.answer(run, key, response).await
+    }
+
+    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        spend()?;
+        self.inner.locate(run_name).await
+    }
+
+    async fn wait_for_change(
+        &self,
+        run: &NativeRef,
+        last: &Snapshot,
+        wait: Duration,
+    ) -> Result<Snapshot, EngineError> {
+        self.inner.wait_for_change(run, last, wait).await
+    }
+
+    async fn check(&self) -> Result<Vec<String>, EngineError> {
+        self.inner.check().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_scope_refuses_past_its_limit_and_nests_into_the_outer_one() {
+        assert!(spend().is_ok(), "outside a scope nothing is counted");
+        within(2, async {
+            assert!(spend().is_ok());
+            within(100, async { assert!(spend().is_ok()) }).await;
+            let refused = spend().unwrap_err();
+            assert!(
+                matches!(
+                    refused,
+                    EngineError::Throttled {
+                        retry_after: Some(_),
+                        ..
+                    }
+                ),
+                "{refused:?}"
+            );
+            assert!(refused.to_string().contains("server.max_engine_calls"));
+        })
+        .await;
+        within(1, async {
+            exempt(async {
+                for _ in 0..3 {
+                    assert!(spend().is_ok(), "a wait's reads are not counted");
+                }
+            })
+            .await;
+            assert!(spend().is_ok(), "a new request, a new budget");
+            assert!(spend().is_err());
+        })
+        .await;
+    }
+}
