@@ -207,7 +207,7 @@ async fn pass_wait_succeed_is_working_then_completed_with_output() {
     let engine = engine(&url).await;
     let pipeline = bind(
         &engine,
-        json!({"state_machine_arn": arn, "input_key": "args"}),
+        json!({"state_machine_arn": arn, "input_key": "args", "state_in_status": true}),
     );
     let run = pipeline
         .start(request("tg-pws-1", json!({"dataset": "d1"})))
