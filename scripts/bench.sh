@@ -204,6 +204,7 @@ for conns in 16 64; do
     for dialect in 26 25; do
         label=$([ $dialect = 26 ] && echo "tasks/get 2026-07-28" || echo "tasks/get 2025-11-25")
         run "$label" "$tg_pid" "$url" "$work/get$dialect.lua" "$conns"
+        [ "$dialect" = 26 ] && shared_rps=$last_rps
         awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
             'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
     done
@@ -218,7 +219,7 @@ echo
 if [ "$million" = 1 ]; then
     before=$(rss_kb "$tg_pid")
     # A quarter more time than the last rate needs, so the run passes a million.
-    secs=$(awk -v r="$last_rps" 'BEGIN { s = int(1250000 / (r > 0 ? r : 1)) + 1; print s }')
+    secs=$(awk -v r="$shared_rps" 'BEGIN { s = int(1250000 / (r > 0 ? r : 1)) + 1; print s }')
     out=$(wrk -t"$threads" -c64 -d"${secs}s" -s "$work/get26.lua" "$url" 2>&1)
     reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
     after=$(rss_kb "$tg_pid")
