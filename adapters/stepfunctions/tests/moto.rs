@@ -287,7 +287,10 @@ async fn cancel_stops_the_execution() {
         json!({"StartAt": "Sleep", "States": {"Sleep": {"Type": "Wait", "Seconds": 120, "End": true}}}),
     )
     .await;
-    let pipeline = bind(&engine(&url).await, json!({"state_machine_arn": arn}));
+    let pipeline = bind(
+        &engine(&url).await,
+        json!({"state_machine_arn": arn, "state_in_status": true}),
+    );
     let run = pipeline
         .start(request("tg-cancel-1", json!({})))
         .await
