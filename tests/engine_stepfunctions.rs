@@ -245,7 +245,7 @@ async fn a_fail_state_is_a_tool_error_with_error_and_cause() {
 async fn cancel_aborts_the_execution_upstream() {
     let Some(url) = moto() else { return };
     let arn = state_machine(&url, "cancel", sleeper()).await;
-    let s = setup(&url, &arn, "");
+    let s = setup(&url, &arn, "state_in_status = true");
     let server = s.server().await;
     let c = server.client();
     let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
