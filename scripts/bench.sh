@@ -7,7 +7,8 @@
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
 # (wrk) in the same run: tasks/get of one live exec task in 2026-07-28 and in
-# 2025-11-25, at 16 and 64 connections. Prints req/s, p50/p99, server CPU per
+# 2025-11-25, at 16 and 64 connections, and in 2026-07-28 with one task per
+# connection (no single-flight sharing: one engine read per request). Prints req/s, p50/p99, server CPU per
 # request, engine calls per request (taskgate's /metrics), and the ratio to the
 # yardstick; then RSS idle and peak, tools/call → CreateTaskResult latency, the
 # time from exec to ready, and RSS after a run of a million requests.
@@ -114,7 +115,40 @@ wrk.headers["mcp-protocol-version"] = "2025-11-25"
 wrk.headers["mcp-session-id"] = "$session"
 wrk.body = '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"$task25"}}'
 LUA
-for f in get26 get25; do
+# One task per connection: as many tasks as the most connections, and each
+# request names the next one (round-robin, per wrk thread from its own offset),
+# so concurrent requests read different runs and single-flight has nothing to
+# share: every request makes its own engine read.
+own_tasks=()
+for _ in $(seq 64); do
+    own_tasks+=("$(post26 tools/call bench_sleep '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bench_sleep","arguments":{},'"$META"'}}' \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["taskId"])')")
+done
+{
+    echo 'wrk.method = "POST"'
+    echo 'wrk.headers["content-type"] = "application/json"'
+    echo 'wrk.headers["accept"] = "application/json, text/event-stream"'
+    echo 'wrk.headers["mcp-protocol-version"] = "2026-07-28"'
+    echo 'wrk.headers["mcp-method"] = "tasks/get"'
+    printf 'tasks = {'; printf '"%s",' "${own_tasks[@]}"; echo '}'
+    echo "meta = '$META'"
+    cat <<'LUA'
+local thread_count = 0
+setup = function(thread)
+    thread:set("offset", thread_count * 17)
+    thread_count = thread_count + 1
+end
+local n = 0
+request = function()
+    n = n + 1
+    local task = tasks[((offset or 0) + n) % #tasks + 1]
+    wrk.headers["mcp-name"] = task
+    return wrk.format(nil, nil, nil,
+        '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"' .. task .. '",' .. meta .. '}}')
+end
+LUA
+} > "$work/get26own.lua"
+for f in get26 get25 get26own; do
     cat >> "$work/$f.lua" <<'LUA'
 bad = 0
 response = function(status, headers, body)
@@ -170,9 +204,13 @@ for conns in 16 64; do
     for dialect in 26 25; do
         label=$([ $dialect = 26 ] && echo "tasks/get 2026-07-28" || echo "tasks/get 2025-11-25")
         run "$label" "$tg_pid" "$url" "$work/get$dialect.lua" "$conns"
+        [ "$dialect" = 26 ] && shared_rps=$last_rps
         awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
             'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
     done
+    run "tasks/get 2026, task/conn" "$tg_pid" "$url" "$work/get26own.lua" "$conns"
+    awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
+        'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
 done
 peak_rss=$(hwm_kb "$tg_pid")
 
@@ -181,7 +219,7 @@ echo
 if [ "$million" = 1 ]; then
     before=$(rss_kb "$tg_pid")
     # A quarter more time than the last rate needs, so the run passes a million.
-    secs=$(awk -v r="$last_rps" 'BEGIN { s = int(1250000 / (r > 0 ? r : 1)) + 1; print s }')
+    secs=$(awk -v r="$shared_rps" 'BEGIN { s = int(1250000 / (r > 0 ? r : 1)) + 1; print s }')
     out=$(wrk -t"$threads" -c64 -d"${secs}s" -s "$work/get26.lua" "$url" 2>&1)
     reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
     after=$(rss_kb "$tg_pid")

@@ -165,7 +165,7 @@ endpoint_url = "{endpoint}"
 async fn pass_wait_succeed_completes_with_structured_output() {
     let Some(url) = moto() else { return };
     let arn = state_machine(&url, "pws", pass_wait_succeed(2)).await;
-    let s = setup(&url, &arn, "");
+    let s = setup(&url, &arn, "state_in_status = true");
     let server = s.server().await;
     let c = server.client();
     let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
@@ -245,7 +245,7 @@ async fn a_fail_state_is_a_tool_error_with_error_and_cause() {
 async fn cancel_aborts_the_execution_upstream() {
     let Some(url) = moto() else { return };
     let arn = state_machine(&url, "cancel", sleeper()).await;
-    let s = setup(&url, &arn, "");
+    let s = setup(&url, &arn, "state_in_status = true");
     let server = s.server().await;
     let c = server.client();
     let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
@@ -822,6 +822,50 @@ async fn concurrent_polls_of_one_execution_share_one_describe_call() {
         "polls one after another each read the engine"
     );
     c.cancel(&task).await;
+}
+
+/// Upstream calls per poll of a running execution, counted at the proxy: one
+/// `DescribeExecution` and no history by default; one history page more when
+/// the tool names the current state or has a human step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_reads_the_history_only_when_it_needs_it() {
+    let Some(url) = moto() else { return };
+    let arn = state_machine(&url, "percall", sleeper()).await;
+    let proxy = ThrottlingProxy::start(&url).await;
+    let queue = queue(&url).await;
+    let human_arn = state_machine(&url, "percall-human", human_definition(&queue)).await;
+    for (target_arn, extra, history_per_poll) in [
+        (&arn, "", 0),
+        (&arn, "state_in_status = true", 1),
+        (&human_arn, HUMAN_STEP, 1),
+    ] {
+        let s = setup(&proxy.url, target_arn, extra);
+        let server = s.server().await;
+        let c = server.client();
+        let task = c.start_task("analyze", json!({"dataset": "percall"})).await;
+        let (describe, history) = (
+            proxy.count("DescribeExecution"),
+            proxy.count("GetExecutionHistory"),
+        );
+        for _ in 0..3 {
+            let read = c.get(&task).await;
+            assert!(
+                matches!(read["status"].as_str(), Some("working" | "input_required")),
+                "{extra}: {read}"
+            );
+        }
+        assert_eq!(
+            proxy.count("DescribeExecution") - describe,
+            3,
+            "{extra}: one DescribeExecution per poll"
+        );
+        assert_eq!(
+            proxy.count("GetExecutionHistory") - history,
+            3 * history_per_poll,
+            "{extra}: history pages per poll"
+        );
+        c.cancel(&task).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

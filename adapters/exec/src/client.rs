@@ -20,11 +20,12 @@ use taskgate_engine::{
 
 use crate::config::{Settings, ToolTarget};
 use crate::layout::{
-    self, to_ms, CommandSpec, Meta, StatusFile, ARGS, CANCELLED, COMMAND, EXIT, INPUT_DIR, META,
-    PID, REQUEST_SUFFIX, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL, STDOUT_TAIL, SUPERVISOR,
+    self, to_ms, CommandSpec, Meta, ProcRecord, StatusFile, ARGS, CANCELLED, COMMAND, EXIT,
+    INPUT_DIR, META, PID, REQUEST_SUFFIX, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL,
+    STDOUT_TAIL, SUPERVISOR,
 };
 use crate::proc;
-use crate::translate::{translate, SpoolView, Translation};
+use crate::translate::{self, translate, SpoolView, Translation};
 
 /// Where new run folders are assembled before they are renamed into place.
 const STAGING: &str = ".staging";
@@ -438,41 +439,58 @@ impl Spool {
         }
     }
 
-    /// Reads everything translation needs from a run folder.
+    /// Reads everything translation needs from a run folder, and no more: on a
+    /// working run, a handful of small files, one `/proc` stat, two folder
+    /// stats and one listing of the input folder.
     pub(crate) fn view(&self, dir: &Path) -> Result<SpoolView, EngineError> {
         let meta: Option<Meta> = ours(dir, META)?;
         if meta.is_none() {
             return Ok(SpoolView::default());
         }
-        let supervisor = ours(dir, SUPERVISOR)?;
-        let child = ours(dir, PID)?;
+        let supervisor: Option<ProcRecord> = ours(dir, SUPERVISOR)?;
+        let child: Option<ProcRecord> = ours(dir, PID)?;
         let exit = ours(dir, EXIT)?;
+        let cancelled_at = modified(&dir.join(CANCELLED));
+        let child_now = child.as_ref().and_then(|c| proc::start_time(c.pid));
+        // While the process runs on (not ended, not cancelled), its supervisor's
+        // liveness decides nothing: it is not looked up.
+        let child_runs =
+            exit.is_none() && cancelled_at.is_none() && translate::alive(child.as_ref(), child_now);
+        let supervisor_now = if child_runs {
+            None
+        } else {
+            supervisor.as_ref().and_then(|s| proc::start_time(s.pid))
+        };
+        let (status, status_at) = read_status(&dir.join(STATUS));
+        let input = dir.join(INPUT_DIR);
+        // Every record in the folders is written by a rename, a link or a create,
+        // each of which sets its folder's mtime: the two folders' mtimes and the
+        // status file's (which the process may rewrite in place) are the newest
+        // change, without a look at each file.
+        let updated_at = [modified(dir), modified(&input), status_at]
+            .into_iter()
+            .flatten()
+            .max();
         let mut view = SpoolView {
             meta,
-            supervisor_now: supervisor
-                .as_ref()
-                .and_then(|s: &layout::ProcRecord| proc::start_time(s.pid)),
+            supervisor_now,
             supervisor,
-            child_now: child
-                .as_ref()
-                .and_then(|c: &layout::ProcRecord| proc::start_time(c.pid)),
+            child_now,
             child,
-            cancelled_at: std::fs::metadata(dir.join(CANCELLED))
-                .and_then(|m| m.modified())
-                .ok(),
-            status: read_status(&dir.join(STATUS)),
-            requests: read_requests(&dir.join(INPUT_DIR)),
-            updated_at: newest_mtime(dir),
+            cancelled_at,
+            status,
+            requests: read_requests(&input),
+            updated_at,
             ..SpoolView::default()
         };
         if exit.is_some() {
-            view.result = match std::fs::read(dir.join(RESULT)) {
+            view.result = match layout::read_small(&dir.join(RESULT)) {
                 Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
                 Err(e) if e.kind() == ErrorKind::NotFound => None,
                 Err(e) => Some(Err(e.to_string())),
             };
-            view.stdout_tail = std::fs::read(dir.join(STDOUT_TAIL)).unwrap_or_default();
-            view.stderr_tail = std::fs::read(dir.join(STDERR_TAIL)).unwrap_or_default();
+            view.stdout_tail = layout::read_small(&dir.join(STDOUT_TAIL)).unwrap_or_default();
+            view.stderr_tail = layout::read_small(&dir.join(STDERR_TAIL)).unwrap_or_default();
         }
         view.exit = exit;
         Ok(view)
@@ -519,6 +537,11 @@ fn tree_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// The mtime of `path`, when it exists (one stat).
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
 /// Reads a record taskgate itself wrote (whole, by rename).
 fn ours<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, EngineError> {
     layout::read_json(&dir.join(name)).or_else(|e| match e.kind() {
@@ -529,10 +552,23 @@ fn ours<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option
 }
 
 /// The status file: JSON `{"message", "progress", "total"}`, a JSON string, or
-/// plain text (its first non-empty line). Unreadable → none.
-fn read_status(path: &Path) -> Option<StatusFile> {
-    let text = std::fs::read_to_string(path).ok()?;
-    match serde_json::from_str::<Value>(&text) {
+/// plain text (its first non-empty line); and its mtime. Unreadable → none.
+fn read_status(path: &Path) -> (Option<StatusFile>, Option<SystemTime>) {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (None, None);
+    };
+    let at = file.metadata().and_then(|m| m.modified()).ok();
+    let mut bytes = Vec::with_capacity(512);
+    // `take`: a reader without a size hint (the size was just asked for).
+    if std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 1 << 20), &mut bytes).is_err()
+    {
+        return (None, at);
+    }
+    (parse_status(&String::from_utf8_lossy(&bytes)), at)
+}
+
+fn parse_status(text: &str) -> Option<StatusFile> {
+    match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => serde_json::from_value(Value::Object(map)).ok(),
         Ok(Value::String(message)) => Some(StatusFile {
             message: Some(message),
@@ -568,21 +604,6 @@ fn read_requests(input: &Path) -> BTreeMap<String, InputRequest> {
         }
     }
     requests
-}
-
-fn newest_mtime(dir: &Path) -> Option<SystemTime> {
-    let mut newest = None;
-    for folder in [dir.to_owned(), dir.join(INPUT_DIR)] {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
-                newest = newest.max(Some(modified));
-            }
-        }
-    }
-    newest
 }
 
 /// The hash that decides whether two starts are the same run: the tool and
@@ -737,18 +758,109 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s");
         std::fs::write(&p, r#"{"message": "m", "progress": 3, "total": 10}"#).unwrap();
-        let s = read_status(&p).unwrap();
+        let s = read_status(&p).0.unwrap();
         assert_eq!(
             (s.message.as_deref(), s.progress, s.total),
             (Some("m"), Some(3.0), Some(10.0))
         );
         std::fs::write(&p, "\n  step two \nmore").unwrap();
         assert_eq!(
-            read_status(&p).unwrap().message.as_deref(),
+            read_status(&p).0.unwrap().message.as_deref(),
             Some("step two")
         );
         std::fs::write(&p, r#""quoted""#).unwrap();
-        assert_eq!(read_status(&p).unwrap().message.as_deref(), Some("quoted"));
-        assert!(read_status(&dir.path().join("none")).is_none());
+        assert_eq!(
+            read_status(&p).0.unwrap().message.as_deref(),
+            Some("quoted")
+        );
+        assert_eq!(read_status(&dir.path().join("none")), (None, None));
+    }
+
+    fn spool(dir: &Path) -> Spool {
+        Spool::new(Arc::new(Settings {
+            spool_dir: dir.to_owned(),
+            tail_bytes: 1024,
+            supervisor: vec!["/bin/false".to_owned()],
+            grace_period: Duration::from_secs(1),
+        }))
+    }
+
+    /// Sets the mtime of `path` to `ms` after the Unix epoch.
+    fn set_mtime(path: &Path, ms: u64) {
+        let file = std::fs::File::open(path).unwrap();
+        file.set_modified(layout::from_ms(ms)).unwrap();
+    }
+
+    #[test]
+    fn updated_at_is_the_newest_of_the_folders_and_the_status_file() {
+        let spool_dir = tempfile::tempdir().unwrap();
+        let dir = spool_dir.path().join("run");
+        std::fs::create_dir_all(dir.join(INPUT_DIR)).unwrap();
+        let meta = Meta {
+            tool: "t".into(),
+            args_hash: "h".into(),
+            created_at_ms: 1_000,
+            keep_alive_ms: None,
+        };
+        layout::write_json(&dir, META, &meta).unwrap();
+        std::fs::write(dir.join(STATUS), "step one").unwrap();
+        let s = spool(spool_dir.path());
+        for (run_dir, input, status, newest) in [
+            (5_000, 4_000, 3_000, 5_000),
+            (5_000, 9_000, 3_000, 9_000),
+            // A status file rewritten in place changes no folder.
+            (5_000, 4_000, 7_000, 7_000),
+        ] {
+            set_mtime(&dir.join(STATUS), status);
+            set_mtime(&dir.join(INPUT_DIR), input);
+            set_mtime(&dir, run_dir);
+            let view = s.view(&dir).unwrap();
+            assert_eq!(view.updated_at, Some(layout::from_ms(newest)));
+            assert_eq!(
+                view.status.and_then(|st| st.message).as_deref(),
+                Some("step one")
+            );
+        }
+        // A record renamed into the folder moves the folder's mtime.
+        set_mtime(&dir, 5_000);
+        set_mtime(&dir.join(STATUS), 3_000);
+        layout::write_json(&dir, EXIT, &layout::ExitRecord::default()).unwrap();
+        let view = s.view(&dir).unwrap();
+        assert!(view.updated_at.unwrap() > layout::from_ms(9_000));
+    }
+
+    #[test]
+    fn a_running_process_needs_no_look_at_its_supervisor() {
+        let spool_dir = tempfile::tempdir().unwrap();
+        let dir = spool_dir.path().join("run");
+        std::fs::create_dir_all(dir.join(INPUT_DIR)).unwrap();
+        let meta = Meta {
+            tool: "t".into(),
+            args_hash: "h".into(),
+            created_at_ms: 1_000,
+            keep_alive_ms: None,
+        };
+        layout::write_json(&dir, META, &meta).unwrap();
+        let me = std::process::id() as i32;
+        let record = ProcRecord {
+            pid: me,
+            start_time: proc::start_time(me).unwrap(),
+        };
+        layout::write_json(&dir, SUPERVISOR, &record).unwrap();
+        layout::write_json(&dir, PID, &record).unwrap();
+        let s = spool(spool_dir.path());
+        let view = s.view(&dir).unwrap();
+        assert_eq!(view.child_now, Some(record.start_time));
+        assert_eq!(view.supervisor_now, None);
+        assert!(matches!(
+            s.read("run").unwrap().state,
+            RunState::Working { .. }
+        ));
+        // Once it has ended, the supervisor is looked up (retention needs it).
+        layout::write_json(&dir, EXIT, &layout::ExitRecord::default()).unwrap();
+        assert_eq!(
+            s.view(&dir).unwrap().supervisor_now,
+            Some(record.start_time)
+        );
     }
 }

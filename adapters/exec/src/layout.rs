@@ -23,7 +23,7 @@
 //! never sees half a record.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -169,9 +169,31 @@ pub(crate) fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std
     write_atomic(dir, name, &bytes)
 }
 
+/// Reads a file whole with the fewest system calls: open, read to the end,
+/// close. Unlike `std::fs::read` (and `File::read_to_end`) it does not ask for
+/// the size first: the spool's records are small, and `/proc` files have none.
+pub(crate) fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        if len == bytes.len() {
+            bytes.resize(len * 2, 0);
+        }
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(len);
+    Ok(bytes)
+}
+
 /// Reads and parses `path`; `Ok(None)` when it does not exist.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
-    match std::fs::read(path) {
+    match read_small(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),

@@ -1,6 +1,8 @@
 //! What the kernel says about processes: start times from `/proc`, and signals
 //! to process groups.
 
+use std::path::Path;
+
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -11,8 +13,9 @@ use crate::layout::ProcRecord;
 /// the live process `pid`; `None` when there is no such process or it is a
 /// zombie (dead, not yet reaped).
 pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&stat)
+    let stat = crate::layout::read_small(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
+    // The command name may hold any bytes; the fields after it are ASCII.
+    parse_stat(&String::from_utf8_lossy(&stat))
 }
 
 /// Parses a `/proc/<pid>/stat` line into the start time of a live process.

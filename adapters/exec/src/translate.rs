@@ -24,7 +24,8 @@ pub(crate) struct SpoolView {
     pub meta: Option<Meta>,
     /// `supervisor.json`.
     pub supervisor: Option<ProcRecord>,
-    /// The start time of whatever runs under the supervisor's pid now.
+    /// The start time of whatever runs under the supervisor's pid now; not
+    /// looked up (`None`) while the process runs on, when it decides nothing.
     pub supervisor_now: Option<u64>,
     /// `pid.json`.
     pub child: Option<ProcRecord>,
@@ -44,7 +45,9 @@ pub(crate) struct SpoolView {
     pub stdout_tail: Vec<u8>,
     /// `stderr.tail`.
     pub stderr_tail: Vec<u8>,
-    /// The newest mtime among the folder's files.
+    /// The newest change: the mtimes of the run folder and the input folder
+    /// (every record is renamed, linked or created into them) and of the
+    /// status file (which the process may rewrite in place).
     pub updated_at: Option<SystemTime>,
 }
 

@@ -160,6 +160,12 @@ pub struct ToolTarget {
     /// execution waits there, the task asks the client for input.
     #[serde(default)]
     pub human_step: Option<HumanStep>,
+    /// When true, the status of a running execution names the state it is in
+    /// (`running: in state Pause`), at the cost of one `GetExecutionHistory` page
+    /// per poll. Default false: a poll is one `DescribeExecution` (with a
+    /// `human_step`, the history is read anyway, and the state is named).
+    #[serde(default)]
+    pub state_in_status: bool,
 }
 
 /// `target.human_step`: a `.waitForTaskToken` task state that waits for a person.

@@ -176,7 +176,10 @@ impl Pipeline for StepFunctionsPipeline {
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
         let arn = self.own(run)?;
         let execution = self.client.describe_execution(arn).await?;
-        let history = if execution.status == "RUNNING" {
+        // The history is read only where it changes the answer: a waiting human
+        // step, or the current state's name when the tool asks for it.
+        let wants_history = self.target.human_step.is_some() || self.target.state_in_status;
+        let history = if execution.status == "RUNNING" && wants_history {
             match self.client.history_page(arn).await {
                 Ok(page) => Some(page),
                 // Without a human step, the history only names the current state:

@@ -207,7 +207,7 @@ async fn pass_wait_succeed_is_working_then_completed_with_output() {
     let engine = engine(&url).await;
     let pipeline = bind(
         &engine,
-        json!({"state_machine_arn": arn, "input_key": "args"}),
+        json!({"state_machine_arn": arn, "input_key": "args", "state_in_status": true}),
     );
     let run = pipeline
         .start(request("tg-pws-1", json!({"dataset": "d1"})))
@@ -287,7 +287,10 @@ async fn cancel_stops_the_execution() {
         json!({"StartAt": "Sleep", "States": {"Sleep": {"Type": "Wait", "Seconds": 120, "End": true}}}),
     )
     .await;
-    let pipeline = bind(&engine(&url).await, json!({"state_machine_arn": arn}));
+    let pipeline = bind(
+        &engine(&url).await,
+        json!({"state_machine_arn": arn, "state_in_status": true}),
+    );
     let run = pipeline
         .start(request("tg-cancel-1", json!({})))
         .await
