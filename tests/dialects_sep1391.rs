@@ -157,8 +157,8 @@ async fn token_retry_status_to_completed_and_result() {
     assert_eq!(op["token"], token);
     assert_eq!(op["status"], "submitted");
     assert_eq!(
-        op["keepAlive"], 3600,
-        "the server's effective keepAlive (1h), not the requested 120: {first}"
+        op["keepAlive"], 120,
+        "the requested keepAlive, within the tool's 1h: {first}"
     );
     assert_eq!(
         op["pollFrequency"], 1,
@@ -210,6 +210,46 @@ async fn token_retry_status_to_completed_and_result() {
         result.get("operation").is_none(),
         "the result holds no operation part: {result}"
     );
+}
+
+/// The client's keepAlive is honoured within the tool's `keep_alive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requested_keep_alive_within_the_tools() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let short = c
+        .call_op("work", json!({ "label": "s", "steps": 1 }), "op-short", 30)
+        .await;
+    assert_eq!(
+        short.result()["operation"]["keepAlive"],
+        30,
+        "{:?}",
+        short.response()
+    );
+    // More than the tool's keep_alive (1h) is cut to it; `null` (unlimited) too.
+    for asked in [json!(86_400), Value::Null] {
+        let long = c
+            .request(
+                "tools/call",
+                json!({ "name": "work", "arguments": { "label": "long", "steps": 1 },
+                        "operation": { "token": format!("op-long-{asked}"), "keepAlive": asked } }),
+            )
+            .await;
+        assert_eq!(
+            long.result()["operation"]["keepAlive"],
+            3600,
+            "{:?}",
+            long.response()
+        );
+    }
+    let bad = c
+        .request(
+            "tools/call",
+            json!({ "name": "work", "arguments": { "label": "x" }, "operation": { "token": "op-bad-keep", "keepAlive": "1h" } }),
+        )
+        .await;
+    assert_eq!(bad.code(), -32602, "{:?}", bad.response());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

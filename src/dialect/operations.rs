@@ -57,6 +57,23 @@ fn token_of(operation: &Value) -> Result<String, RpcError> {
     }
 }
 
+/// The keepAlive an operation gets: the client's `operation.keepAlive`
+/// (seconds) within the tool's `keep_alive`, which is also what it gets when it
+/// asks for none or for `null` (unlimited). Its engine keeps the run that long
+/// (plus the expiry notice); a run the engine has removed is "not found".
+fn keep_alive_of(tool: &Tool, operation: &Value) -> Result<Duration, RpcError> {
+    let most = tool.config.keep_alive;
+    match operation.get("keepAlive") {
+        None | Some(Value::Null) => Ok(most),
+        Some(v) => match v.as_u64() {
+            Some(secs) => Ok(Duration::from_secs(secs).min(most)),
+            None => Err(RpcError::InvalidParams(
+                "operation.keepAlive must be a whole number of seconds, or null".into(),
+            )),
+        },
+    }
+}
+
 /// `tools/call` with `params.operation`.
 ///
 /// # Errors
@@ -70,6 +87,7 @@ pub async fn call(
     operation: &Value,
 ) -> Result<Value, RpcError> {
     let token = token_of(operation)?;
+    let keep_alive = keep_alive_of(tool, operation)?;
     if !tool.capabilities.locate {
         return Err(RpcError::InvalidParams(format!(
             "Tool {} cannot run as a SEP-1391 operation: its engine cannot find a run again from its token \
@@ -100,7 +118,7 @@ pub async fn call(
                 .unwrap_or_else(|| gw.keys.derive_run_name(caller, tool.name(), &token));
             // The engine keeps the run EXPIRED_NOTICE past keepAlive, so a late
             // request hears "expired" (see `read`) before it hears "not found".
-            let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
+            let retention = keep_alive.saturating_add(EXPIRED_NOTICE);
             match gw
                 .start_retained(caller, tool, args, Dialect::PlainHandle, Some(run_name), retention)
                 .await
@@ -121,14 +139,13 @@ pub async fn call(
     if expired(tool, &snapshot) {
         return Err(RpcError::NotFound(EXPIRED.into()));
     }
-    let keep_alive = tool.config.keep_alive.as_secs();
     let poll = tool.config.poll_interval.as_secs_f64().ceil().max(1.0) as u64;
     Ok(json!({
         "content": [{ "type": "text", "text": format!(
             "Started {} as operation {token}. Poll tools/async/status with this token, then fetch tools/async/result.",
             tool.name()) }],
         "isError": false,
-        "operation": { "token": token, "keepAlive": keep_alive, "pollFrequency": poll, "status": "submitted" },
+        "operation": { "token": token, "keepAlive": keep_alive.as_secs(), "pollFrequency": poll, "status": "submitted" },
     }))
 }
 
