@@ -415,6 +415,9 @@ async fn dispatch_unbounded(
         Message::Notification { method, params } => {
             tracing::debug!(method = %method, "notification");
             if method == "notifications/cancelled" {
+                if let Some(refused) = unmappable_cancel(inbound, &era, &params) {
+                    return refused;
+                }
                 cancel_operations(gw, inbound, &params).await;
             }
             Dispatched {
@@ -450,6 +453,36 @@ fn keep_session(gw: &Gateway, inbound: &Inbound<'_>, session: Session) -> Option
         }
         None => Some(gw.keys.seal(Purpose::Session, inbound.caller, &session)),
     }
+}
+
+/// SEP-1391 over HTTP: a `notifications/cancelled` of an opted-in session that
+/// names only a `requestId` cannot reach an operation, because taskgate keeps no
+/// table from request ids to tokens (any replica may get the notification).
+/// Rather than drop it silently it is refused with 400 and a JSON-RPC error
+/// (no id) saying how to cancel: `params._operation.token`. Ordinary HTTP
+/// requests are cancelled by closing their stream, so nothing else is lost.
+fn unmappable_cancel(inbound: &Inbound<'_>, era: &Era, params: &Value) -> Option<Dispatched> {
+    let Era::Session(session) = era else {
+        return None;
+    };
+    if inbound.connection.is_some()
+        || !session.operations
+        || dialect::cancelled_operation_token(params).is_some()
+    {
+        return None;
+    }
+    let e = RpcError::InvalidParams(
+        "notifications/cancelled over HTTP must name the operation with params._operation.token: \
+         taskgate keeps no table from request ids to operations (nothing was cancelled; \
+         in-flight requests are cancelled by closing their stream)"
+            .into(),
+    );
+    Some(Dispatched {
+        body: Some(e.response(&Value::Null)),
+        status: 400,
+        session_id: None,
+        required_scopes: None,
+    })
 }
 
 /// SEP-1391: a cancel may name the operation by its token, or (on stdio) by the

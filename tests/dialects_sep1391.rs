@@ -157,8 +157,8 @@ async fn token_retry_status_to_completed_and_result() {
     assert_eq!(op["token"], token);
     assert_eq!(op["status"], "submitted");
     assert_eq!(
-        op["keepAlive"], 3600,
-        "the server's effective keepAlive (1h), not the requested 120: {first}"
+        op["keepAlive"], 120,
+        "the requested keepAlive, within the tool's 1h: {first}"
     );
     assert_eq!(
         op["pollFrequency"], 1,
@@ -212,6 +212,46 @@ async fn token_retry_status_to_completed_and_result() {
     );
 }
 
+/// The client's keepAlive is honoured within the tool's `keep_alive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requested_keep_alive_within_the_tools() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let short = c
+        .call_op("work", json!({ "label": "s", "steps": 1 }), "op-short", 30)
+        .await;
+    assert_eq!(
+        short.result()["operation"]["keepAlive"],
+        30,
+        "{:?}",
+        short.response()
+    );
+    // More than the tool's keep_alive (1h) is cut to it; `null` (unlimited) too.
+    for asked in [json!(86_400), Value::Null] {
+        let long = c
+            .request(
+                "tools/call",
+                json!({ "name": "work", "arguments": { "label": "long", "steps": 1 },
+                        "operation": { "token": format!("op-long-{asked}"), "keepAlive": asked } }),
+            )
+            .await;
+        assert_eq!(
+            long.result()["operation"]["keepAlive"],
+            3600,
+            "{:?}",
+            long.response()
+        );
+    }
+    let bad = c
+        .request(
+            "tools/call",
+            json!({ "name": "work", "arguments": { "label": "x" }, "operation": { "token": "op-bad-keep", "keepAlive": "1h" } }),
+        )
+        .await;
+    assert_eq!(bad.code(), -32602, "{:?}", bad.response());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_required_round_trip() {
     let setup = Setup::with_tools(&dialect_tools());
@@ -220,18 +260,18 @@ async fn input_required_round_trip() {
     let token = "op-ask-1";
     start_op(&c, "ask", json!({ "label": "v42" }), token).await;
 
-    // Poll until the status says input_required; that answer is an SSE
-    // stream carrying the server's elicitation request first.
+    // Poll until a status request finds the run asking: that request's SSE
+    // stream carries the server's elicitation request, and stays open until
+    // the answer (posted while it is open) moved the run on.
     let deadline = Instant::now() + LIMIT;
-    let (request, answer) = loop {
-        let answer = c.op_status(token).await;
-        if answer.result()["status"] == "input_required" {
-            assert!(
-                answer.is_sse(),
-                "the request travels on the status answer's SSE stream: {answer:?}"
-            );
-            assert_eq!(answer.messages.len(), 2, "{:?}", answer.messages);
-            break (answer.messages[0].clone(), answer);
+    let (answer, asked) = loop {
+        let (answer, asked) = c
+            .request_answering("tools/async/status", json!({ "token": token }), |_| {
+                json!({ "action": "accept", "content": { "ok": true }, "_operation": { "token": token } })
+            })
+            .await;
+        if !asked.is_empty() {
+            break (answer, asked);
         }
         assert_eq!(
             answer.result()["status"],
@@ -242,20 +282,20 @@ async fn input_required_round_trip() {
         assert!(Instant::now() < deadline, "never asked for input");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(answer.result()["status"], "input_required");
+    assert!(answer.is_sse(), "{answer:?}");
+    assert_eq!(asked.len(), 1, "asked once: {asked:?}");
+    let request = &asked[0];
     assert_eq!(request["method"], "elicitation/create", "{request}");
     assert_eq!(request["params"]["_operation"]["token"], token, "{request}");
     assert_eq!(request["params"]["message"], "Approve v42?");
     assert!(request["params"]["requestedSchema"]["properties"]["ok"].is_object());
     assert!(request["id"].is_string(), "{request}");
-
-    let code = c
-        .respond(
-            &request["id"],
-            json!({ "action": "accept", "content": { "ok": true }, "_operation": { "token": token } }),
-        )
-        .await;
-    assert_eq!(code, 202);
+    assert_ne!(
+        answer.result()["status"],
+        "input_required",
+        "the status answered after the answer arrived: {:?}",
+        answer.response()
+    );
 
     let (seen, _) = poll_until(&c, token, is("completed")).await;
     assert!(
@@ -268,6 +308,200 @@ async fn input_required_round_trip() {
     assert_eq!(result["structuredContent"]["label"], "v42");
     assert_eq!(result["structuredContent"]["answer"]["action"], "accept");
     assert_eq!(result["structuredContent"]["answer"]["content"]["ok"], true);
+}
+
+/// A client that keeps polling while its person thinks must not be asked the
+/// same question again by every poll (a host would show a new prompt each
+/// time): the status request that asked stays open until the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_is_asked_once_while_the_client_polls() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-ask-once";
+    start_op(&c, "ask", json!({ "label": "v7" }), token).await;
+
+    let status = json!({ "token": token });
+    let deadline = Instant::now() + LIMIT;
+    let (first, mut stream) = loop {
+        let (code, _, mut reader) = c.open_stream("tools/async/status", status.clone()).await;
+        assert_eq!(code, 200);
+        let message = reader.next(LIMIT).await.expect("an answer");
+        if message["method"] == "elicitation/create" {
+            break (message, reader);
+        }
+        assert_eq!(message["result"]["status"], "working", "{message}");
+        assert!(Instant::now() < deadline, "never asked for input");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The person takes a moment (think time, not a wait for the server);
+    // meanwhile the client polls again whenever a status answer has ended,
+    // at the operation's pollFrequency-like pace.
+    let mut asked = vec![first.clone()];
+    let think = tokio::time::Instant::now() + Duration::from_millis(2500);
+    let mut polls = 1;
+    loop {
+        match tokio::time::timeout_at(think, stream.next(LIMIT)).await {
+            Err(_) => break,
+            Ok(Some(m)) if m["method"] == "elicitation/create" => asked.push(m),
+            Ok(Some(m)) => {
+                assert_eq!(m["result"]["status"], "input_required", "{m}");
+            }
+            Ok(None) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                polls += 1;
+                stream = c.open_stream("tools/async/status", status.clone()).await.2;
+            }
+        }
+    }
+    assert_eq!(
+        asked.len(),
+        1,
+        "one elicitation/create for one question over {polls} polls: {asked:?}"
+    );
+    let code = c
+        .respond(
+            &first["id"],
+            json!({ "action": "accept", "content": { "ok": true }, "_operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(code, 202);
+    let last = stream.next(LIMIT).await.expect("the status answer");
+    assert!(
+        matches!(
+            last["result"]["status"].as_str(),
+            Some("working" | "completed")
+        ),
+        "the open status request answers once the run moved on: {last}"
+    );
+    poll_until(&c, token, is("completed")).await;
+}
+
+/// `tools/async/status` carries the run's progress and message while it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_carries_progress_and_message() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-progress-1";
+    start_op(&c, "work", json!({ "label": "p", "steps": 20 }), token).await;
+    let (_, working) = poll_until(&c, token, |r| {
+        r["status"] == "working" && r["progress"].as_f64().is_some_and(|p| p >= 1.0)
+    })
+    .await;
+    assert_eq!(working["total"].as_f64(), Some(20.0), "{working}");
+    assert!(
+        working["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{working}"
+    );
+    let (_, done) = poll_until(&c, token, is("completed")).await;
+    assert!(done.get("progress").is_none(), "{done}");
+}
+
+/// One token names one operation: the same token on another tool is refused
+/// and starts nothing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_on_two_tools_is_refused() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-shared-1";
+    start_op(&c, "sleeper", json!({}), token).await;
+    let other = c
+        .call_op("work", json!({ "label": "w", "steps": 1 }), token, 60)
+        .await;
+    assert_eq!(other.code(), -32602, "{:?}", other.response());
+    assert!(
+        other.message().contains("already used"),
+        "{}",
+        other.message()
+    );
+    assert!(setup.runs_of("work").is_empty(), "{:?}", setup.runs());
+    assert_eq!(setup.runs_of("sleeper").len(), 1);
+    // The token still names the first operation.
+    assert_eq!(c.op_status(token).await.result()["status"], "working");
+    c.notify(
+        "notifications/cancelled",
+        json!({ "_operation": { "token": token } }),
+    )
+    .await;
+}
+
+/// After a key rotation (a new key first, the old one still listed) a retried
+/// token finds the operation the old key named, instead of a second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_token_finds_its_run_after_a_key_rotation() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let token = "op-rotate-1";
+    let args = json!({ "label": "r", "steps": 3 });
+    {
+        let server = Server::start(&setup).await;
+        let c = opted(&server).await;
+        start_op(&c, "work", args.clone(), token).await;
+        poll_until(&c, token, is("completed")).await;
+    }
+    let text = std::fs::read_to_string(&setup.config).expect("config");
+    let rotated = text.replacen(
+        "seal = [{",
+        "seal = [{ id = \"k2\", dev_secret = \"a-new-key-for-the-rotation-test-0123456789\" }, {",
+        1,
+    );
+    assert_ne!(rotated, text);
+    std::fs::write(&setup.config, rotated).expect("rotate");
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let again = start_op(&c, "work", args, token).await;
+    assert_eq!(again["operation"]["token"], token, "{again}");
+    assert_eq!(
+        setup.runs_of("work").len(),
+        1,
+        "the retry found the run: {:?}",
+        setup.runs()
+    );
+    assert_eq!(c.op_status(token).await.result()["status"], "completed");
+    let other = c
+        .call_op("work", json!({ "label": "s", "steps": 3 }), token, 60)
+        .await;
+    assert_eq!(other.code(), -32602, "{:?}", other.response());
+}
+
+/// Over HTTP a cancel naming only the call's request id cannot reach an
+/// operation (no table of request ids): it is refused clearly, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_cancel_by_request_id_only_is_refused_clearly() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let token = "op-cancel-id";
+    let call_id = c.next_id();
+    let started = c
+        .post(&json!({ "jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                       "params": { "name": "sleeper", "arguments": {}, "operation": { "token": token } } }))
+        .await;
+    assert_eq!(started.result()["operation"]["status"], "submitted");
+    let refused = c
+        .post(
+            &json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": { "requestId": call_id, "reason": "user abort" } }),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert_eq!(refused.response()["id"], Value::Null, "{refused:?}");
+    assert!(
+        refused.response()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("_operation.token")),
+        "{refused:?}"
+    );
+    assert_eq!(c.op_status(token).await.result()["status"], "working");
+    let code = c
+        .notify(
+            "notifications/cancelled",
+            json!({ "requestId": call_id, "_operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(code, 202);
+    poll_until(&c, token, is("canceled")).await;
 }
 
 /// Waits until the run folder of a sleeper holds its pids; returns the folder.
@@ -327,7 +561,7 @@ async fn canceled_by_operation_token_stops_the_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_when_the_run_is_lost() {
+async fn unknown_when_the_run_is_lost() {
     let setup = Setup::with_tools(&dialect_tools());
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
@@ -350,8 +584,10 @@ async fn failed_when_the_run_is_lost() {
     })
     .await;
 
-    let (_, last) = poll_until(&c, token, is("failed")).await;
-    let error = last["error"].as_str().expect("failed carries error");
+    // A run the engine lost is `unknown` (the SEP's terminal fallback), with
+    // the reason in `error`; "failed" would claim the tool ran and failed.
+    let (_, last) = poll_until(&c, token, is("unknown")).await;
+    let error = last["error"].as_str().expect("unknown carries error");
     assert!(error.contains("lost"), "{error}");
     let result = c.op_result(token).await;
     let result = &result.result()["result"];

@@ -443,13 +443,14 @@ async fn sep1391_token_retry_finds_the_run_it_dispatched() {
     );
     assert_eq!(d.run_ids(), [id]);
 
-    // GitHub cannot say which inputs a run got: the same token with other
-    // arguments finds the same run (the documented gap), and never dispatches.
+    // The same token with other arguments is refused like on every other
+    // engine (the run's title carries a tag of its inputs), and never dispatches.
     let other = call(json!({"version": "9"})).await;
+    assert_eq!(other.error()["code"], -32602, "{:?}", other.body);
     assert!(
-        other.is_ok() || other.error()["code"] == -32602,
-        "{:?}",
-        other.body
+        other.message().contains("already used"),
+        "{}",
+        other.message()
     );
     assert_eq!(d.run_ids(), [id]);
 

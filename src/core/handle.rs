@@ -238,14 +238,34 @@ impl Keyring {
     /// `tg-` and 26 base32 characters (130 bits).
     #[must_use]
     pub fn derive_run_name(&self, caller: &str, tool: &str, token: &str) -> String {
-        let mut mac =
-            <Hmac<Sha256> as Mac>::new_from_slice(&self.keys[0].mac).expect("any key size");
-        for part in [caller, tool, token] {
-            mac.update(&(part.len() as u64).to_be_bytes());
-            mac.update(part.as_bytes());
-        }
-        run_name_from(&mac.finalize().into_bytes())
+        derive_with(&self.keys[0].mac, caller, tool, token)
     }
+}
+
+impl Keyring {
+    /// The run names every configured key derives for (caller, tool, token), the
+    /// sealing key's first: after a rotation a retried token still finds the
+    /// run an older key named.
+    #[must_use]
+    pub fn derive_run_names(&self, caller: &str, tool: &str, token: &str) -> Vec<String> {
+        let mut names: Vec<String> = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let name = derive_with(&key.mac, caller, tool, token);
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+}
+
+fn derive_with(mac_key: &[u8], caller: &str, tool: &str, token: &str) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(mac_key).expect("any key size");
+    for part in [caller, tool, token] {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    run_name_from(&mac.finalize().into_bytes())
 }
 
 fn associated_data(purpose: Purpose, key_id: &str, caller: &str) -> Vec<u8> {
@@ -439,6 +459,17 @@ mod tests {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
         }
         assert_ne!(random_run_name(), random_run_name());
+    }
+
+    #[test]
+    fn run_names_of_every_key() {
+        let old = ring(&[("k1", S1)]);
+        let rotated = ring(&[("k2", S2), ("k1", S1)]);
+        let names = rotated.derive_run_names("alice", "tool", "op-1");
+        assert_eq!(names.len(), 2);
+        assert_eq!(names[0], rotated.derive_run_name("alice", "tool", "op-1"));
+        assert_eq!(names[1], old.derive_run_name("alice", "tool", "op-1"));
+        assert_eq!(old.derive_run_names("alice", "tool", "op-1").len(), 1);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! it again by deriving the name for each long-running tool and asking the engines
 //! in parallel.
 
-use std::collections::HashSet;
-use std::time::SystemTime;
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Map, Value};
 use taskgate_engine::{EngineError, RunState, Snapshot};
@@ -57,6 +57,23 @@ fn token_of(operation: &Value) -> Result<String, RpcError> {
     }
 }
 
+/// The keepAlive an operation gets: the client's `operation.keepAlive`
+/// (seconds) within the tool's `keep_alive`, which is also what it gets when it
+/// asks for none or for `null` (unlimited). Its engine keeps the run that long
+/// (plus the expiry notice); a run the engine has removed is "not found".
+fn keep_alive_of(tool: &Tool, operation: &Value) -> Result<Duration, RpcError> {
+    let most = tool.config.keep_alive;
+    match operation.get("keepAlive") {
+        None | Some(Value::Null) => Ok(most),
+        Some(v) => match v.as_u64() {
+            Some(secs) => Ok(Duration::from_secs(secs).min(most)),
+            None => Err(RpcError::InvalidParams(
+                "operation.keepAlive must be a whole number of seconds, or null".into(),
+            )),
+        },
+    }
+}
+
 /// `tools/call` with `params.operation`.
 ///
 /// # Errors
@@ -70,6 +87,7 @@ pub async fn call(
     operation: &Value,
 ) -> Result<Value, RpcError> {
     let token = token_of(operation)?;
+    let keep_alive = keep_alive_of(tool, operation)?;
     if !tool.capabilities.locate {
         return Err(RpcError::InvalidParams(format!(
             "Tool {} cannot run as a SEP-1391 operation: its engine cannot find a run again from its token \
@@ -77,19 +95,30 @@ pub async fn call(
             tool.name()
         )));
     }
-    let run_name = gw.keys.derive_run_name(caller, tool.name(), &token);
-    // Engines without idempotent starts (GitHub dispatch) are asked first.
-    let existing = if !tool.capabilities.idempotent_start && tool.capabilities.locate {
-        tool.pipeline.locate(&run_name).await?
-    } else {
-        None
+    // One token names one operation: look for it under every long-running
+    // tool and every configured key first (a token used on another tool, or a
+    // retry after a key rotation, must not start a second run).
+    let existing = match locate(gw, caller, token.as_str()).await? {
+        Some(found) if found.tool.name() != tool.name() => {
+            return Err(RpcError::InvalidParams(format!(
+                "Operation token {token:?} is already used by another operation (of another tool)"
+            )))
+        }
+        other => other,
     };
     let native = match existing {
-        Some(native) => native,
-        None => {
+        // An engine that cannot compare arguments on start: the run it found is
+        // the operation (the engine README says how far that goes).
+        Some(found) if !tool.capabilities.idempotent_start => found.native,
+        found => {
+            // Idempotent engines compare the arguments on start: retry under the
+            // name the run was found by (an older key's, after a rotation).
+            let run_name = found
+                .map(|f| f.run_name)
+                .unwrap_or_else(|| gw.keys.derive_run_name(caller, tool.name(), &token));
             // The engine keeps the run EXPIRED_NOTICE past keepAlive, so a late
             // request hears "expired" (see `read`) before it hears "not found".
-            let retention = tool.config.keep_alive.saturating_add(EXPIRED_NOTICE);
+            let retention = keep_alive.saturating_add(EXPIRED_NOTICE);
             match gw
                 .start_retained(caller, tool, args, Dialect::PlainHandle, Some(run_name), retention)
                 .await
@@ -110,37 +139,58 @@ pub async fn call(
     if expired(tool, &snapshot) {
         return Err(RpcError::NotFound(EXPIRED.into()));
     }
-    let keep_alive = tool.config.keep_alive.as_secs();
     let poll = tool.config.poll_interval.as_secs_f64().ceil().max(1.0) as u64;
     Ok(json!({
         "content": [{ "type": "text", "text": format!(
             "Started {} as operation {token}. Poll tools/async/status with this token, then fetch tools/async/result.",
             tool.name()) }],
         "isError": false,
-        "operation": { "token": token, "keepAlive": keep_alive, "pollFrequency": poll, "status": "submitted" },
+        "operation": { "token": token, "keepAlive": keep_alive.as_secs(), "pollFrequency": poll, "status": "submitted" },
     }))
 }
 
-/// Finds the run of `token` across the long-running tools, asking the engines in
-/// parallel (one `locate` per tool).
-async fn find<'g>(
+/// Where a token's run was found.
+struct Found<'g> {
+    tool: &'g Tool,
+    run_name: String,
+    native: String,
+}
+
+/// Looks for the run of `token` across the long-running tools, under the run
+/// name every configured key derives (so a rotation does not lose it), asking
+/// the engines in parallel: one `locate` per tool and key (one key: one per tool).
+///
+/// # Errors
+///
+/// The first engine error when no engine found the run.
+async fn locate<'g>(
     gw: &'g Gateway,
     caller: &Caller,
     token: &str,
-) -> Result<(&'g Tool, String), RpcError> {
-    let candidates: Vec<&Tool> = gw
+) -> Result<Option<Found<'g>>, RpcError> {
+    let mut lookups = Vec::new();
+    for tool in gw
         .tools()
         .iter()
         .filter(|t| t.is_long_running() && t.capabilities.locate)
-        .collect();
-    let lookups = candidates.iter().map(|tool| {
-        let name = gw.keys.derive_run_name(caller, tool.name(), token);
-        async move { (*tool, tool.pipeline.locate(&name).await) }
-    });
+    {
+        for run_name in gw.keys.derive_run_names(caller, tool.name(), token) {
+            lookups.push(async move {
+                let outcome = tool.pipeline.locate(&run_name).await;
+                (tool, run_name, outcome)
+            });
+        }
+    }
     let mut first_error = None;
-    for (tool, outcome) in futures::future::join_all(lookups).await {
+    for (tool, run_name, outcome) in futures::future::join_all(lookups).await {
         match outcome {
-            Ok(Some(native)) => return Ok((tool, native)),
+            Ok(Some(native)) => {
+                return Ok(Some(Found {
+                    tool,
+                    run_name,
+                    native,
+                }))
+            }
             Ok(None) | Err(EngineError::NotFound) => {}
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -149,6 +199,18 @@ async fn find<'g>(
     }
     match first_error {
         Some(e) => Err(RpcError::Engine(e)),
+        None => Ok(None),
+    }
+}
+
+/// Finds the run of `token`; "Operation not found" when there is none.
+async fn find<'g>(
+    gw: &'g Gateway,
+    caller: &Caller,
+    token: &str,
+) -> Result<(&'g Tool, String), RpcError> {
+    match locate(gw, caller, token).await? {
+        Some(found) => Ok((found.tool, found.native)),
         None => Err(RpcError::NotFound(NOT_FOUND.into())),
     }
 }
@@ -199,24 +261,13 @@ pub async fn handle(
     let (tool, native, snapshot) = read(gw, caller, token).await?;
     match method {
         "tools/async/status" => {
-            let mut status = json!({ "status": status_word(&snapshot.state) });
-            match &snapshot.state {
-                RunState::Failed { message } => status["error"] = json!(message),
-                RunState::InputRequired { requests, .. } => {
-                    if let Some(out) = out {
-                        let token = token.to_owned();
-                        let decorate = move |p: &mut Map<String, Value>| {
-                            p.insert("_operation".into(), json!({ "token": token }));
-                        };
-                        let mut sent = HashSet::new();
-                        input::ask(
-                            gw, caller, out, tool, &native, requests, version, &mut sent, &decorate,
-                        );
-                    }
+            let snapshot = match (&snapshot.state, out) {
+                (RunState::InputRequired { requests, .. }, Some(out)) => {
+                    ask_and_wait(gw, caller, version, out, tool, &native, token, requests).await?
                 }
-                _ => {}
-            }
-            Ok(status)
+                _ => snapshot,
+            };
+            Ok(status_of(&snapshot.state))
         }
         _ => match &snapshot.state {
             RunState::Completed(output) => {
@@ -226,9 +277,103 @@ pub async fn handle(
                 "content": [{ "type": "text", "text": message }], "isError": true } })),
             other => Err(RpcError::InvalidParams(format!(
                 "Failed to retrieve operation result: the operation is {}",
-                status_word(other)
+                operation_status(other)
             ))),
         },
+    }
+}
+
+/// The SEP-1391 status word. A run the engine lost or reports in a way taskgate
+/// cannot interpret is `unknown` (the SEP's fallback for unexpected conditions,
+/// terminal); a run that ran and failed is `completed` with a tool error.
+fn operation_status(state: &RunState) -> &'static str {
+    match state {
+        RunState::Failed { .. } => "unknown",
+        other => status_word(other),
+    }
+}
+
+/// A `tools/async/status` result: the status, and the run's message and
+/// progress while it works (the fields of `notifications/progress`), its error
+/// when it is `unknown`.
+fn status_of(state: &RunState) -> Value {
+    let mut status = json!({ "status": operation_status(state) });
+    match state {
+        RunState::Failed { message } => status["error"] = json!(message),
+        RunState::Working { message, progress } => {
+            if let Some(p) = progress {
+                status["progress"] = json!(p.done);
+                if let Some(total) = p.total {
+                    status["total"] = json!(total);
+                }
+            }
+            if let Some(m) = message {
+                status["message"] = json!(m);
+            }
+        }
+        RunState::InputRequired {
+            message: Some(m), ..
+        } => status["message"] = json!(m),
+        _ => {}
+    }
+    status
+}
+
+/// A status request that finds the run asking for input sends each question
+/// once, as `elicitation/create` on this request's stream, and then keeps the
+/// request open (up to the tool's wait limit) until the run has moved on — so a
+/// client polling one request after another is asked once, not once per poll.
+/// Returns the run's latest snapshot.
+#[allow(clippy::too_many_arguments)]
+async fn ask_and_wait(
+    gw: &Gateway,
+    caller: &Caller,
+    version: Version,
+    out: &Outbound,
+    tool: &Tool,
+    native: &str,
+    token: &str,
+    requests: &BTreeMap<String, taskgate_engine::InputRequest>,
+) -> Result<Snapshot, RpcError> {
+    let _slot = gw.hold_wait(caller)?;
+    let owned = token.to_owned();
+    let decorate = move |p: &mut Map<String, Value>| {
+        p.insert("_operation".into(), json!({ "token": owned }));
+    };
+    let mut sent = HashSet::new();
+    input::ask(
+        gw, caller, out, tool, native, requests, version, &mut sent, &decorate,
+    );
+    let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
+    let deadline = Instant::now() + limit;
+    let mut snapshot = Snapshot::new(RunState::InputRequired {
+        requests: requests.clone(),
+        message: None,
+    });
+    loop {
+        let now = Instant::now();
+        if now >= deadline || out.is_closed() {
+            return Ok(snapshot);
+        }
+        let step = tool
+            .config
+            .poll_interval
+            .min(Duration::from_secs(1))
+            .min(deadline - now);
+        snapshot = tool
+            .pipeline
+            .wait_for_change(&native.to_owned(), &snapshot, step)
+            .await
+            .map_err(|e| op_error(e.into()))?;
+        match &snapshot.state {
+            // A new question (another key) is sent too; answered ones are not.
+            RunState::InputRequired { requests, .. }
+                if requests.keys().all(|k| sent.contains(k)) => {}
+            RunState::InputRequired { requests, .. } => input::ask(
+                gw, caller, out, tool, native, requests, version, &mut sent, &decorate,
+            ),
+            _ => return Ok(snapshot),
+        }
     }
 }
 

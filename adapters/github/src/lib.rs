@@ -410,7 +410,9 @@ impl Pipeline for GithubPipeline {
         Capabilities {
             cancel: true,
             input: self.target.approval.is_some(),
-            idempotent_start: false,
+            // With the correlation input on every dispatch, a start first looks
+            // for a run of the same name (and compares the inputs' tag).
+            idempotent_start: self.target.correlate == config::Correlate::Always,
             // A run can be found by its name only when every dispatch carries the
             // correlation input.
             locate: self.target.correlate == config::Correlate::Always,
@@ -421,12 +423,29 @@ impl Pipeline for GithubPipeline {
     async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
         let t = &self.target;
         let mut inputs = translate::dispatch_inputs(&request.arguments, &t.correlation_input)?;
-        let correlation = Value::String(request.run_name.clone());
+        // The correlation value carries a tag of the inputs after the run name,
+        // so a retry can tell the same arguments from other ones (GitHub does
+        // not return a run's inputs).
+        let tag = translate::inputs_tag(&inputs);
+        let correlation = Value::String(format!("{}.{tag}", request.run_name));
+        let mut budget = Budget::default();
         if t.correlate == Correlate::Always {
+            // A retried name (a client's operation token) finds its run instead
+            // of dispatching again; other arguments under it are a conflict.
+            let existing = self
+                .list_find(&t.owner, &t.repo, &request.run_name, None, &mut budget)
+                .await?;
+            if let Some(run) = existing {
+                return match translate::title_tag(&run, &request.run_name) {
+                    Some(found) if found != tag => Err(EngineError::Conflict {
+                        message: "a run with this name was dispatched with other inputs".into(),
+                    }),
+                    _ => Ok(self.reference(RunKey::Id(run.id))),
+                };
+            }
             inputs.insert(t.correlation_input.clone(), correlation.clone());
         }
         let since = now_epoch().saturating_sub(SKEW);
-        let mut budget = Budget::default();
         let answer = self.dispatch(&inputs, true, &mut budget).await?;
         match answer.status {
             200 => {

@@ -626,6 +626,32 @@ pub(crate) fn title_mentions(title: &str, run_name: &str) -> bool {
             .any(|word| word == run_name)
 }
 
+/// A short tag of the dispatch inputs (their JSON with sorted keys), written
+/// after the run name in the correlation input: `tg-….<tag>`.
+#[must_use]
+pub(crate) fn inputs_tag(inputs: &Map<String, Value>) -> String {
+    let text = serde_json::to_string(inputs).unwrap_or_default();
+    taskgate_engine::spec_hash(text.as_bytes())[..12].to_owned()
+}
+
+/// The inputs tag a run's title carries after `run_name` (`deploy tg-abc.<tag>`),
+/// if it has one (runs dispatched before tags existed have none).
+#[must_use]
+pub(crate) fn title_tag<'a>(run: &'a WorkflowRun, run_name: &str) -> Option<&'a str> {
+    let marker = format!("{run_name}.");
+    [run.display_title.as_deref(), run.name.as_deref()]
+        .into_iter()
+        .flatten()
+        .find_map(|title| {
+            let at = title.find(&marker)? + marker.len();
+            let rest = &title[at..];
+            let end = rest
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(rest.len());
+            (end > 0).then(|| &rest[..end])
+        })
+}
+
 /// The newest run in `runs` whose title carries `run_name`.
 #[must_use]
 pub(crate) fn find_by_run_name<'a>(
@@ -1026,6 +1052,22 @@ mod tests {
         assert!(find_by_run_name(&runs, "tg-ab").is_none());
         assert!(title_mentions("deploy (tg-abc)", "tg-abc"));
         assert!(!title_mentions("deploy tg-abcd", "tg-abc"));
+        runs[0].display_title = Some("deploy tg-abc.0123abcd4567".into());
+        assert_eq!(find_by_run_name(&runs, "tg-abc").unwrap().id, runs[0].id);
+        assert_eq!(title_tag(&runs[0], "tg-abc"), Some("0123abcd4567"));
+        assert_eq!(title_tag(&runs[0], "tg-ab"), None);
+        runs[0].display_title = Some("deploy tg-abc".into());
+        assert_eq!(title_tag(&runs[0], "tg-abc"), None);
+    }
+
+    #[test]
+    fn the_inputs_tag_ignores_order() {
+        let a = dispatch_inputs(&serde_json::json!({"a": 1, "b": "x"}), "taskgate_run").unwrap();
+        let b = dispatch_inputs(&serde_json::json!({"b": "x", "a": 1}), "taskgate_run").unwrap();
+        let c = dispatch_inputs(&serde_json::json!({"a": 2, "b": "x"}), "taskgate_run").unwrap();
+        assert_eq!(inputs_tag(&a), inputs_tag(&b));
+        assert_ne!(inputs_tag(&a), inputs_tag(&c));
+        assert_eq!(inputs_tag(&a).len(), 12);
     }
 
     #[test]

@@ -215,17 +215,20 @@ async fn an_older_server_gets_the_correlation_fallback() {
     assert_eq!(d.lines(), [DISPATCH, DISPATCH, LIST]);
     let seen = d.seen();
     assert_eq!(seen[0].body.as_ref().unwrap()["return_run_details"], true);
-    assert_eq!(
-        seen[1].body,
-        Some(json!({"ref": "main", "inputs": {"version": "2", "taskgate_run": "tg-fallback"}}))
-    );
+    let body = seen[1].body.clone().unwrap();
+    assert_eq!(body["ref"], "main");
+    assert_eq!(body["inputs"]["version"], "2");
+    // The run name, then a tag of the inputs (so a retry can compare them).
+    let correlation = body["inputs"]["taskgate_run"].as_str().unwrap();
+    assert!(correlation.starts_with("tg-fallback."), "{correlation}");
+    assert_eq!(body["inputs"].as_object().unwrap().len(), 2, "{body}");
     assert_eq!(seen[2].query["event"], "workflow_dispatch");
     assert!(
         seen[2].query["created"].starts_with(">="),
         "{:?}",
         seen[2].query
     );
-    assert_eq!(d.run(id)["display_title"], "deploy tg-fallback");
+    assert_eq!(d.run(id)["display_title"], format!("deploy {correlation}"));
     d.set_run(id, "completed", Some("success"));
     assert!(matches!(
         p.read(&native).await.unwrap().state,
@@ -285,14 +288,33 @@ async fn locate_finds_a_correlated_run() {
         .start(request("tg-token-1", json!({"version": "4"})))
         .await
         .unwrap();
-    assert_eq!(
-        d.seen()[0].body.as_ref().unwrap()["inputs"]["taskgate_run"],
-        "tg-token-1"
+    // A start with correlation first looks for a run of its name, then dispatches.
+    assert_eq!(d.lines(), [LIST, DISPATCH]);
+    let dispatched = d.seen()[1].body.clone().unwrap();
+    assert!(
+        dispatched["inputs"]["taskgate_run"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("tg-token-1.")),
+        "{dispatched}"
     );
-    assert_eq!(p.locate("tg-token-1").await.unwrap(), Some(native));
+    assert_eq!(p.locate("tg-token-1").await.unwrap(), Some(native.clone()));
     assert_eq!(p.locate("tg-token-2").await.unwrap(), None);
     assert!(p.capabilities().locate);
-    assert!(!p.capabilities().idempotent_start);
+    assert!(p.capabilities().idempotent_start);
+    // A retried start finds the run: the same inputs are the same run, other
+    // inputs under the same name a conflict; neither dispatches.
+    d.clear_seen();
+    let again = p
+        .start(request("tg-token-1", json!({"version": "4"})))
+        .await
+        .unwrap();
+    assert_eq!(again, native);
+    let other = p
+        .start(request("tg-token-1", json!({"version": "5"})))
+        .await
+        .unwrap_err();
+    assert!(matches!(other, EngineError::Conflict { .. }), "{other:?}");
+    assert_eq!(d.lines(), [LIST, LIST]);
     d.assert_clean();
 }
 
