@@ -855,18 +855,22 @@ async fn stdio_cancel_by_request_id() {
 /// the request gets a retryable error rather than a fan-out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_lookup_past_max_engine_calls_is_retryable() {
+    // A start looks the token up under every tool first (3 locates + 1 start), as
+    // costly as a found status lookup: the operation starts on a replica without the
+    // bound, and the bounded replica (same keys, same spool) is asked about it.
     let mut setup = Setup::with_tools(&many_tools(3));
-    setup.extra_env = vec![("TASKGATE__SERVER__MAX_ENGINE_CALLS".into(), "3".into())];
-    let server = Server::start(&setup).await;
-    let c = opted(&server).await;
+    let unbounded = Server::start(&setup).await;
     let token = "op-bounded";
     start_op(
-        &c,
+        &opted(&unbounded).await,
         "work03",
         json!({ "label": "bounded", "steps": 0 }),
         token,
     )
     .await;
+    setup.extra_env = vec![("TASKGATE__SERVER__MAX_ENGINE_CALLS".into(), "3".into())];
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
     let refused = c.op_status(token).await;
     let e = refused.error();
     assert_eq!(e["code"], -32603, "{e}");
