@@ -351,6 +351,13 @@ pub async fn dispatch(
     match message {
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
+            let began = std::time::Instant::now();
+            let method_label = crate::core::metrics::Metrics::method_label(&method);
+            let dialect_label = match &era {
+                Era::Stateless => dialect::wire::Version::V2026_07_28.as_str(),
+                Era::Session(s) => dialect::wire::Version::parse(&s.version)
+                    .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str),
+            };
             async move {
                 let mut opened = None;
                 let stateless = era == Era::Stateless;
@@ -376,6 +383,12 @@ pub async fn dispatch(
                             .await
                     }
                 };
+                gw.metrics.request(
+                    method_label,
+                    dialect_label,
+                    outcome.is_ok(),
+                    began.elapsed(),
+                );
                 match outcome {
                     Ok(result) => Dispatched {
                         body: Some(rpc::ok(&id, result)),

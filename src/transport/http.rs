@@ -139,17 +139,15 @@ async fn method_not_allowed() -> Response {
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let body = format!(
-        "# HELP taskgate_engine_calls_total Calls made to engines.\n\
-         # TYPE taskgate_engine_calls_total counter\n\
-         taskgate_engine_calls_total {}\n\
-         # HELP taskgate_engine_call_failures_total Engine calls that ended in an error.\n\
-         # TYPE taskgate_engine_call_failures_total counter\n\
-         taskgate_engine_call_failures_total {}\n",
-        gw.meter.calls(),
-        gw.meter.failures()
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    let body = gw.metrics.render(gw.waits_in_flight());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 fn json_response(status: u16, body: &Value) -> Response {
