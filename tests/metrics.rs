@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{metric_sum, Server, Setup};
+use common::{metric_sum, wait_for, Legacy, Server, Setup};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -133,4 +133,73 @@ async fn known_traffic_moves_the_labelled_series() {
         "{text}"
     );
     assert!(!text.contains(&task), "a task id leaked: {text}");
+}
+
+/// Prometheus' own linter on a scrape taken while blocking calls are in
+/// flight. `TASKGATE_PROMTOOL` names promtool (scripts/prometheus/install.sh
+/// prints its folder; scripts/test.sh sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_passes_a_scrape_taken_under_load() {
+    let Some(promtool) = taskgate_engine::testing::e2e_endpoint("TASKGATE_PROMTOOL") else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    const WAITING: usize = 3;
+    let mut calls = Vec::new();
+    for i in 0..WAITING {
+        let url = server.url();
+        calls.push(tokio::spawn(async move {
+            let c = Legacy::connect(&url, "2025-06-18", json!({})).await;
+            c.call(
+                "work",
+                json!({ "label": format!("load-{i}"), "seconds": 20 }),
+            )
+            .await
+        }));
+    }
+    // Traffic of every kind: plain calls, a failing tool, a forged handle.
+    let client = server.client();
+    for _ in 0..5 {
+        assert!(client
+            .call("work", json!({ "label": "x", "seconds": 0 }))
+            .await
+            .is_ok());
+    }
+    let _ = client.call("fail", json!({ "label": "x" })).await;
+    let _ = client.get_reply("tg.k1.forged").await;
+    let scrape = wait_for("the blocking calls to be in flight", LIMIT, || {
+        let server = &server;
+        async move {
+            let text = server.metrics().await;
+            (metric_sum(&text, "taskgate_waits_in_flight", &[]) == WAITING as u64).then_some(text)
+        }
+    })
+    .await;
+    let legacy = [("method", "tools/call"), ("dialect", "2025-06-18")];
+    assert_eq!(
+        metric_sum(&scrape, "taskgate_mcp_requests_total", &legacy),
+        0,
+        "{scrape}"
+    );
+
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), scrape.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}\n{}{}\n--- scrape:\n{scrape}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for call in calls {
+        call.abort();
+    }
 }

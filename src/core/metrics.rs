@@ -212,7 +212,7 @@ impl Metrics {
             .inc();
     }
 
-    /// The OpenMetrics text of every series, with `waits` as the waits in flight.
+    /// Every series as OpenMetrics text, with `waits` as the waits in flight.
     #[must_use]
     pub fn render(&self, waits: usize) -> String {
         self.waits.set(i64::try_from(waits).unwrap_or(i64::MAX));
@@ -220,5 +220,87 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// Every series in the classic Prometheus text format (0.0.4), for scrapers
+    /// that do not ask for OpenMetrics: counter families are named with their
+    /// `_total` suffix, and the `# UNIT` and `# EOF` lines are left out.
+    #[must_use]
+    pub fn render_classic(&self, waits: usize) -> String {
+        classic(&self.render(waits))
+    }
+}
+
+/// OpenMetrics text rewritten in the classic text format.
+fn classic(open: &str) -> String {
+    let counters: Vec<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len() + 16 * counters.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(&name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_text_names_counters_with_total_and_drops_openmetrics_lines() {
+        let meter = Arc::new(CallMeter::default());
+        let m = Metrics::new(&meter);
+        m.request("tools/call", "2026-07-28", true, Duration::from_millis(3));
+        let open = m.render(2);
+        assert!(
+            open.contains("# TYPE taskgate_mcp_requests counter\n"),
+            "{open}"
+        );
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        let text = m.render_classic(2);
+        assert!(
+            text.contains("# TYPE taskgate_mcp_requests_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP taskgate_mcp_requests_total MCP requests"),
+            "{text}"
+        );
+        assert!(text.contains("taskgate_mcp_requests_total{method=\"tools/call\",dialect=\"2026-07-28\",outcome=\"ok\"} 1\n"), "{text}");
+        assert!(
+            text.contains("# TYPE taskgate_waits_in_flight gauge\ntaskgate_waits_in_flight 2\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unlisted_methods_share_one_label() {
+        assert_eq!(Metrics::method_label("tools/call"), "tools/call");
+        assert_eq!(Metrics::method_label("tasks/abc123"), OTHER);
     }
 }

@@ -138,16 +138,27 @@ async fn method_not_allowed() -> Response {
         .into_response()
 }
 
-async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let body = gw.metrics.render(gw.waits_in_flight());
-    (
-        [(
-            header::CONTENT_TYPE,
+/// `/metrics`: OpenMetrics text to a scraper that accepts it (Prometheus
+/// does), the classic text format otherwise.
+async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let open = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let waits = gw.waits_in_flight();
+    let (kind, body) = if open {
+        (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+            gw.metrics.render(waits),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            gw.metrics.render_classic(waits),
+        )
+    };
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
 fn json_response(status: u16, body: &Value) -> Response {

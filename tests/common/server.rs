@@ -139,7 +139,7 @@ impl Server {
     pub async fn engine_calls(&self) -> u64 {
         let text = self.metrics().await;
         assert!(
-            text.contains("# TYPE taskgate_engine_calls counter"),
+            text.contains("# TYPE taskgate_engine_calls_total counter"),
             "no taskgate_engine_calls in {text}"
         );
         metric_sum(&text, "taskgate_engine_calls_total", &[])
