@@ -1,7 +1,8 @@
 //! `/metrics` after known traffic, through the binary: the request counter by
 //! method, dialect and outcome; engine calls by engine, tool and operation; a
 //! forged handle on the refused-handles counter; an engine error by kind; and no
-//! label value carrying a task id or an argument.
+//! label value carrying a task id or an argument. Then `promtool check metrics`
+//! on a scrape under load, and a real Prometheus server scraping taskgate.
 
 mod common;
 
@@ -117,7 +118,12 @@ async fn known_traffic_moves_the_labelled_series() {
     assert_eq!(runs.len(), 1, "{runs:?}");
     let _ = client.cancel_reply(&task).await;
     client.until_status(&task, "cancelled", LIMIT).await;
-    std::fs::remove_dir_all(&runs[0]).unwrap();
+    // The engine's wrapper may still be writing its last files: retry.
+    wait_for("the run folder to be removed", LIMIT, || {
+        let gone = std::fs::remove_dir_all(&runs[0]).is_ok() || !runs[0].exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
     let not_found = [("tool", "sleeper"), ("kind", "not_found")];
     let errors_before = metric_sum(
         &server.metrics().await,
@@ -202,4 +208,89 @@ async fn promtool_passes_a_scrape_taken_under_load() {
     for call in calls {
         call.abort();
     }
+}
+
+/// A real Prometheus server (its own data folder and port, scraping every
+/// second) sees taskgate's labelled series, queried through its HTTP API.
+/// `TASKGATE_PROMETHEUS` names the server binary (scripts/test.sh sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
+    let Some(prometheus) = taskgate_engine::testing::e2e_endpoint("TASKGATE_PROMETHEUS") else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let client = server.client();
+    const N: u64 = 4;
+    for i in 0..N {
+        let reply = client
+            .call("work", json!({ "label": format!("p{i}"), "seconds": 0 }))
+            .await;
+        assert!(reply.is_ok(), "{}", reply.raw);
+    }
+    let target = server.base.trim_start_matches("http://").to_owned();
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let port = common::free_port();
+    let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
+    let child = std::process::Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            data.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {prometheus}: {e}"));
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(child);
+
+    let api = format!("http://127.0.0.1:{port}/api/v1/query");
+    let query = |q: &'static str| {
+        let api = api.clone();
+        async move {
+            let body: serde_json::Value = reqwest::Client::new()
+                .get(&api)
+                .query(&[("query", q)])
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let value = body["data"]["result"][0]["value"][1].as_str()?;
+            value.parse::<f64>().ok()
+        }
+    };
+    let calls = wait_for("Prometheus to scrape the tools/call counter", Duration::from_secs(60), || async {
+        query("sum(taskgate_mcp_requests_total{method=\"tools/call\",dialect=\"2026-07-28\",outcome=\"ok\"})")
+            .await
+            .filter(|v| *v >= N as f64)
+    })
+    .await;
+    assert_eq!(calls, N as f64);
+    let starts = query(
+        "sum(taskgate_engine_calls_total{engine=\"local\",tool=\"work\",operation=\"start\"})",
+    )
+    .await;
+    assert_eq!(starts, Some(N as f64));
+    let up = query("up{job=\"taskgate\"}").await;
+    assert_eq!(up, Some(1.0));
+    let build = query("count(taskgate_build_info)").await;
+    assert_eq!(build, Some(1.0));
 }
