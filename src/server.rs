@@ -353,10 +353,17 @@ pub async fn dispatch(
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
             let began = std::time::Instant::now();
             let method_label = crate::core::metrics::Metrics::method_label(&method);
+            let version = |v: &str| {
+                dialect::wire::Version::parse(v)
+                    .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str)
+            };
             let dialect_label = match &era {
                 Era::Stateless => dialect::wire::Version::V2026_07_28.as_str(),
-                Era::Session(s) => dialect::wire::Version::parse(&s.version)
-                    .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str),
+                // No session yet: the version the client asks for.
+                Era::Session(_) if method == "initialize" => {
+                    version(params["protocolVersion"].as_str().unwrap_or_default())
+                }
+                Era::Session(s) => version(&s.version),
             };
             async move {
                 let mut opened = None;

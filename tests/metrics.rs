@@ -182,6 +182,16 @@ async fn promtool_passes_a_scrape_taken_under_load() {
         }
     })
     .await;
+    let opened = [
+        ("method", "initialize"),
+        ("dialect", "2025-06-18"),
+        ("outcome", "ok"),
+    ];
+    assert_eq!(
+        metric_sum(&scrape, "taskgate_mcp_requests_total", &opened),
+        WAITING as u64,
+        "{scrape}"
+    );
     let legacy = [("method", "tools/call"), ("dialect", "2025-06-18")];
     assert_eq!(
         metric_sum(&scrape, "taskgate_mcp_requests_total", &legacy),
