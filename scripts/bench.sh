@@ -168,7 +168,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; }
-engine_calls() { curl -sf "http://127.0.0.1:$tg_port/metrics" | awk '/^taskgate_engine_calls_total/ { print $2 }'; }
+engine_calls() { curl -sf "http://127.0.0.1:$tg_port/metrics" | awk '/^taskgate_engine_calls_total[{ ]/ { n += $NF } END { print n + 0 }'; }
 
 idle_rss=$(rss_kb "$tg_pid")
 

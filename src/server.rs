@@ -366,6 +366,20 @@ async fn dispatch_unbounded(
     match message {
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
+            let began = std::time::Instant::now();
+            let method_label = crate::core::metrics::Metrics::method_label(&method);
+            let version = |v: &str| {
+                dialect::wire::Version::parse(v)
+                    .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str)
+            };
+            let dialect_label = match &era {
+                Era::Stateless => dialect::wire::Version::V2026_07_28.as_str(),
+                // No session yet: the version the client asks for.
+                Era::Session(_) if method == "initialize" => {
+                    version(params["protocolVersion"].as_str().unwrap_or_default())
+                }
+                Era::Session(s) => version(&s.version),
+            };
             async move {
                 let mut opened = None;
                 let stateless = era == Era::Stateless;
@@ -391,6 +405,12 @@ async fn dispatch_unbounded(
                             .await
                     }
                 };
+                gw.metrics.request(
+                    method_label,
+                    dialect_label,
+                    outcome.is_ok(),
+                    began.elapsed(),
+                );
                 match outcome {
                     Ok(result) => Dispatched {
                         body: Some(rpc::ok(&id, result)),

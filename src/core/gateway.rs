@@ -108,6 +108,8 @@ pub struct Gateway {
     tools: Vec<Tool>,
     /// Counts engine calls (shown on `/metrics`).
     pub meter: Arc<CallMeter>,
+    /// Every Prometheus series of this server (`/metrics`).
+    pub metrics: super::metrics::Metrics,
     /// Static bearer tokens: token → caller.
     pub bearer: Vec<(String, Caller)>,
     /// Who may use which tool.
@@ -197,7 +199,7 @@ impl Gateway {
                 SingleFlight::new(Arc::new(Deadlines::new(
                     inner,
                     cfg.server.call_timeout,
-                    meter.clone(),
+                    meter.for_tool(&tool.engine, &tool.name),
                 ))),
             )));
             tools.push(Tool {
@@ -217,6 +219,7 @@ impl Gateway {
                 server: cfg.server,
                 keys,
                 tools,
+                metrics: super::metrics::Metrics::new(&meter),
                 meter,
                 bearer: checked.bearer,
                 access,
@@ -381,14 +384,25 @@ impl Gateway {
         dialect: Dialect,
         handle: &str,
     ) -> Result<(TaskClaims, &Tool), CoreError> {
+        use super::metrics::Refusal;
         let claims: Option<TaskClaims> = self.keys.open(Purpose::Task, caller, handle);
-        let found = claims
-            .filter(|c| c.dialect == dialect && !c.expired_at(SystemTime::now()))
-            .and_then(|c| {
-                let tool = self.tools.iter().find(|t| t.config.name == c.tool)?;
-                Some((c, tool))
-            });
-        found.ok_or(CoreError::NotFound)
+        let refuse = |why| {
+            self.metrics.refused(why);
+            CoreError::NotFound
+        };
+        let c = claims.ok_or_else(|| refuse(Refusal::Unopenable))?;
+        if c.dialect != dialect {
+            return Err(refuse(Refusal::WrongDialect));
+        }
+        if c.expired_at(SystemTime::now()) {
+            return Err(refuse(Refusal::Expired));
+        }
+        let tool = self
+            .tools
+            .iter()
+            .find(|t| t.config.name == c.tool)
+            .ok_or_else(|| refuse(Refusal::UnknownTool))?;
+        Ok((c, tool))
     }
 
     /// Reads the run once.
@@ -401,6 +415,12 @@ impl Gateway {
             .read(&native.to_owned())
             .await
             .map_err(not_found)
+    }
+
+    /// Blocking requests waiting for runs right now.
+    #[must_use]
+    pub fn waits_in_flight(&self) -> usize {
+        self.waits.held()
     }
 
     /// Takes a slot for a request of `caller` that is going to wait for a run;

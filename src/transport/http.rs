@@ -167,18 +167,27 @@ async fn method_not_allowed() -> Response {
         .into_response()
 }
 
-async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let body = format!(
-        "# HELP taskgate_engine_calls_total Calls made to engines.\n\
-         # TYPE taskgate_engine_calls_total counter\n\
-         taskgate_engine_calls_total {}\n\
-         # HELP taskgate_engine_call_failures_total Engine calls that ended in an error.\n\
-         # TYPE taskgate_engine_call_failures_total counter\n\
-         taskgate_engine_call_failures_total {}\n",
-        gw.meter.calls(),
-        gw.meter.failures()
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+/// `/metrics`: OpenMetrics text to a scraper that accepts it (Prometheus
+/// does), the classic text format otherwise.
+async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let open = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let waits = gw.waits_in_flight();
+    let (kind, body) = if open {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            gw.metrics.render(waits),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            gw.metrics.render_classic(waits),
+        )
+    };
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
 fn json_response(status: u16, body: &Value) -> Response {

@@ -30,7 +30,7 @@ pub use client::{
     sse_messages, text, tool, Client, Legacy, Reply, SseReader,
 };
 pub use procs::{alive, group_members, recorded_pid};
-pub use server::{free_port, Server, StdioServer};
+pub use server::{free_port, metric_sum, Server, StdioServer};
 pub use setup::{
     core_tools, dialect_tools, more_fields, toml_str, tool_entry, Bearer, Options, Setup, Tool,
     LABEL_SCHEMA, TOOL_NAMES, WORK_SCHEMA,

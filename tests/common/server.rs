@@ -134,19 +134,24 @@ impl Server {
         let _ = self.child.wait();
     }
 
-    /// `taskgate_engine_calls_total` from `/metrics`.
+    /// `taskgate_engine_calls_total` from `/metrics`, summed over every engine,
+    /// tool and operation.
     pub async fn engine_calls(&self) -> u64 {
-        let text = reqwest::get(format!("{}/metrics", self.base))
+        let text = self.metrics().await;
+        assert!(
+            text.contains("# TYPE taskgate_engine_calls_total counter"),
+            "no taskgate_engine_calls in {text}"
+        );
+        metric_sum(&text, "taskgate_engine_calls_total", &[])
+    }
+
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
             .await
             .expect("GET /metrics")
             .text()
             .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("taskgate_engine_calls_total "))
-            .unwrap_or_else(|| panic!("no taskgate_engine_calls_total in {text}"))
-            .trim()
-            .parse()
             .unwrap()
     }
 
@@ -318,4 +323,24 @@ impl StdioServer {
     pub fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
+}
+
+/// The sum of the samples of `name` in a `/metrics` text whose labels include
+/// every `key="value"` of `labels` (0 when none match).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> u64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (set, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            let pairs: Vec<&str> = set.split(',').collect();
+            labels
+                .iter()
+                .all(|(k, v)| pairs.contains(&format!("{k}=\"{v}\"").as_str()))
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .map(|v| v as u64)
+        .sum()
 }

@@ -101,6 +101,24 @@ impl EngineError {
         }
     }
 
+    /// A short, fixed name for this kind of error, used as a metrics label:
+    /// `unsupported`, `not_found`, `conflict`, `invalid_input`, `permission`,
+    /// `throttled`, `unavailable`, `deadline` or `internal`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unsupported { .. } => "unsupported",
+            Self::NotFound => "not_found",
+            Self::Conflict { .. } => "conflict",
+            Self::InvalidInput { .. } => "invalid_input",
+            Self::PermissionDenied { .. } => "permission",
+            Self::Throttled { .. } => "throttled",
+            Self::Unavailable { .. } => "unavailable",
+            Self::DeadlineExceeded { .. } => "deadline",
+            Self::Internal { .. } => "internal",
+        }
+    }
+
     /// True when the same request may succeed later unchanged.
     #[must_use]
     pub fn is_retryable(&self) -> bool {

@@ -14,7 +14,7 @@ mod state;
 pub mod testing;
 
 pub use error::{BoxError, ConfigError, EngineError};
-pub use layer::{CallMeter, Deadlines};
+pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
 pub use single_flight::SingleFlight;
 pub use state::{

@@ -1,0 +1,306 @@
+//! `/metrics` after known traffic, through the binary: the request counter by
+//! method, dialect and outcome; engine calls by engine, tool and operation; a
+//! forged handle on the refused-handles counter; an engine error by kind; and no
+//! label value carrying a task id or an argument. Then `promtool check metrics`
+//! on a scrape under load, and a real Prometheus server scraping taskgate.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{metric_sum, wait_for, Legacy, Server, Setup};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_traffic_moves_the_labelled_series() {
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let client = server.client();
+    let before = server.metrics().await;
+    let ok_calls = [
+        ("method", "tools/call"),
+        ("dialect", "2026-07-28"),
+        ("outcome", "ok"),
+    ];
+    let work_starts = [
+        ("engine", "local"),
+        ("tool", "work"),
+        ("operation", "start"),
+    ];
+    assert_eq!(
+        metric_sum(&before, "taskgate_mcp_requests_total", &ok_calls),
+        0
+    );
+    assert_eq!(
+        metric_sum(&before, "taskgate_engine_calls_total", &work_starts),
+        0
+    );
+    assert!(
+        before.contains("taskgate_build_info{version=\""),
+        "{before}"
+    );
+    assert!(before.contains("taskgate_waits_in_flight 0"), "{before}");
+
+    const N: u64 = 3;
+    for i in 0..N {
+        let reply = client
+            .call(
+                "work",
+                json!({ "label": format!("secret-arg-{i}"), "seconds": 0 }),
+            )
+            .await;
+        assert!(reply.is_ok(), "{}", reply.raw);
+    }
+    let after = server.metrics().await;
+    assert_eq!(
+        metric_sum(&after, "taskgate_mcp_requests_total", &ok_calls),
+        N,
+        "{after}"
+    );
+    assert_eq!(
+        metric_sum(
+            &after,
+            "taskgate_mcp_request_duration_seconds_count",
+            &ok_calls[..2]
+        ),
+        N,
+        "{after}"
+    );
+    assert_eq!(
+        metric_sum(&after, "taskgate_engine_calls_total", &work_starts),
+        N,
+        "{after}"
+    );
+    assert_eq!(
+        metric_sum(
+            &after,
+            "taskgate_engine_call_duration_seconds_count",
+            &work_starts
+        ),
+        N,
+        "{after}"
+    );
+    assert!(!after.contains("secret-arg"), "an argument leaked: {after}");
+
+    // A forged handle: refused, counted once, reaching no engine.
+    let refused = [("reason", "unopenable")];
+    assert_eq!(
+        metric_sum(&after, "taskgate_refused_handles_total", &refused),
+        0
+    );
+    let calls = server.engine_calls().await;
+    let forged = client
+        .get_reply("tg.k1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+        .await;
+    assert!(!forged.is_ok(), "{}", forged.raw);
+    let text = server.metrics().await;
+    assert_eq!(
+        metric_sum(&text, "taskgate_refused_handles_total", &refused),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(
+            &text,
+            "taskgate_mcp_requests_total",
+            &[("method", "tasks/get"), ("outcome", "error")]
+        ),
+        1,
+        "{text}"
+    );
+    assert_eq!(server.engine_calls().await, calls);
+
+    // A run its engine no longer has: an engine error of kind not_found.
+    let task = client.start_task("sleeper", json!({})).await;
+    let runs = setup.runs_of("sleeper");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let _ = client.cancel_reply(&task).await;
+    client.until_status(&task, "cancelled", LIMIT).await;
+    // The engine's wrapper may still be writing its last files: retry.
+    wait_for("the run folder to be removed", LIMIT, || {
+        let gone = std::fs::remove_dir_all(&runs[0]).is_ok() || !runs[0].exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    let not_found = [("tool", "sleeper"), ("kind", "not_found")];
+    let errors_before = metric_sum(
+        &server.metrics().await,
+        "taskgate_engine_errors_total",
+        &not_found,
+    );
+    let gone = client.get_reply(&task).await;
+    assert!(!gone.is_ok(), "{}", gone.raw);
+    let text = server.metrics().await;
+    assert_eq!(
+        metric_sum(&text, "taskgate_engine_errors_total", &not_found),
+        errors_before + 1,
+        "{text}"
+    );
+    assert!(!text.contains(&task), "a task id leaked: {text}");
+}
+
+/// Prometheus' own linter on a scrape taken while blocking calls are in
+/// flight. `TASKGATE_PROMTOOL` names promtool (scripts/prometheus/install.sh
+/// prints its folder; scripts/test.sh sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_passes_a_scrape_taken_under_load() {
+    let Some(promtool) = taskgate_engine::testing::e2e_endpoint("TASKGATE_PROMTOOL") else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    const WAITING: usize = 3;
+    let mut calls = Vec::new();
+    for i in 0..WAITING {
+        let url = server.url();
+        calls.push(tokio::spawn(async move {
+            let c = Legacy::connect(&url, "2025-06-18", json!({})).await;
+            c.call(
+                "work",
+                json!({ "label": format!("load-{i}"), "seconds": 20 }),
+            )
+            .await
+        }));
+    }
+    // Traffic of every kind: plain calls, a failing tool, a forged handle.
+    let client = server.client();
+    for _ in 0..5 {
+        assert!(client
+            .call("work", json!({ "label": "x", "seconds": 0 }))
+            .await
+            .is_ok());
+    }
+    let _ = client.call("fail", json!({ "label": "x" })).await;
+    let _ = client.get_reply("tg.k1.forged").await;
+    let scrape = wait_for("the blocking calls to be in flight", LIMIT, || {
+        let server = &server;
+        async move {
+            let text = server.metrics().await;
+            (metric_sum(&text, "taskgate_waits_in_flight", &[]) == WAITING as u64).then_some(text)
+        }
+    })
+    .await;
+    let opened = [
+        ("method", "initialize"),
+        ("dialect", "2025-06-18"),
+        ("outcome", "ok"),
+    ];
+    assert_eq!(
+        metric_sum(&scrape, "taskgate_mcp_requests_total", &opened),
+        WAITING as u64,
+        "{scrape}"
+    );
+    let legacy = [("method", "tools/call"), ("dialect", "2025-06-18")];
+    assert_eq!(
+        metric_sum(&scrape, "taskgate_mcp_requests_total", &legacy),
+        0,
+        "{scrape}"
+    );
+
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), scrape.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}\n{}{}\n--- scrape:\n{scrape}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for call in calls {
+        call.abort();
+    }
+}
+
+/// A real Prometheus server (its own data folder and port, scraping every
+/// second) sees taskgate's labelled series, queried through its HTTP API.
+/// `TASKGATE_PROMETHEUS` names the server binary (scripts/test.sh sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
+    let Some(prometheus) = taskgate_engine::testing::e2e_endpoint("TASKGATE_PROMETHEUS") else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let client = server.client();
+    const N: u64 = 4;
+    for i in 0..N {
+        let reply = client
+            .call("work", json!({ "label": format!("p{i}"), "seconds": 0 }))
+            .await;
+        assert!(reply.is_ok(), "{}", reply.raw);
+    }
+    let target = server.base.trim_start_matches("http://").to_owned();
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let port = common::free_port();
+    let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
+    let child = std::process::Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            data.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {prometheus}: {e}"));
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(child);
+
+    let api = format!("http://127.0.0.1:{port}/api/v1/query");
+    let query = |q: &'static str| {
+        let api = api.clone();
+        async move {
+            let body: serde_json::Value = reqwest::Client::new()
+                .get(&api)
+                .query(&[("query", q)])
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let value = body["data"]["result"][0]["value"][1].as_str()?;
+            value.parse::<f64>().ok()
+        }
+    };
+    let calls = wait_for("Prometheus to scrape the tools/call counter", Duration::from_secs(60), || async {
+        query("sum(taskgate_mcp_requests_total{method=\"tools/call\",dialect=\"2026-07-28\",outcome=\"ok\"})")
+            .await
+            .filter(|v| *v >= N as f64)
+    })
+    .await;
+    assert_eq!(calls, N as f64);
+    let starts = query(
+        "sum(taskgate_engine_calls_total{engine=\"local\",tool=\"work\",operation=\"start\"})",
+    )
+    .await;
+    assert_eq!(starts, Some(N as f64));
+    let up = query("up{job=\"taskgate\"}").await;
+    assert_eq!(up, Some(1.0));
+    let build = query("count(taskgate_build_info)").await;
+    assert_eq!(build, Some(1.0));
+}
