@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_for as until, Server, Setup};
+use common::{wait_for as until, Legacy, Server, Setup};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
 
@@ -228,4 +228,102 @@ async fn an_idle_server_makes_no_airflow_calls() {
         access_lines("tg_idle") > before,
         "the access log does not show the cancel's calls"
     );
+}
+
+/// A token unique to this test process and call.
+fn token(prefix: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{nanos}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_token_retry_is_one_run_other_arguments_conflict_and_the_xcom_is_the_result() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_success", r#", result = { task_id = "load" }"#);
+    let server = Server::start(&s).await;
+    let c = Legacy::connect(
+        &server.url(),
+        "2025-06-18",
+        json!({"experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await;
+    let op = token("af-op");
+    let dataset = token("sep");
+    let args = json!({"dataset": dataset, "rows": 3});
+    let first = c.call_op("pipeline", args.clone(), &op, 3600).await;
+    assert_eq!(
+        first.result()["operation"]["token"],
+        op.as_str(),
+        "{:?}",
+        first.body
+    );
+    // The same token and arguments again: the same operation (the same DAG run id).
+    let again = c.call_op("pipeline", args.clone(), &op, 3600).await;
+    assert_eq!(
+        again.result()["operation"]["token"],
+        op.as_str(),
+        "{:?}",
+        again.body
+    );
+    // The same token with other arguments: a conflict, and no second run.
+    let other = c
+        .call_op(
+            "pipeline",
+            json!({"dataset": "other", "rows": 1}),
+            &op,
+            3600,
+        )
+        .await;
+    assert_eq!(other.error()["code"], -32602, "{:?}", other.body);
+    c.until_op_status(&op, "completed", LIMIT).await;
+    let result = c.op_result(&op).await;
+    assert_eq!(
+        result.result()["result"]["structuredContent"],
+        json!({"dataset": dataset, "total": 6, "count": 3}),
+        "{:?}",
+        result.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_failure_is_a_tool_error_and_cancel_reads_cancelled() {
+    let Some(url) = airflow() else { return };
+    let fail = setup(&url, "tg_fail", "");
+    let long = setup(&url, "tg_long", "");
+    let (fs, ls) = (Server::start(&fail).await, Server::start(&long).await);
+    let f = Legacy::connect(&fs.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let l = Legacy::connect(&ls.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let failing = f.start_task("pipeline", json!({})).await;
+    let sleeping = l.start_task("pipeline", json!({})).await;
+    // tasks/result blocks until the failed run's end.
+    let done = f.request("tasks/result", json!({"taskId": failing})).await;
+    assert_eq!(done.result()["isError"], true, "{:?}", done.body);
+    assert!(
+        common::text(done.result()).contains("explode"),
+        "{:?}",
+        done.body
+    );
+    until("sleep_long running", LIMIT, || async {
+        let r = l.request("tasks/get", json!({"taskId": sleeping})).await;
+        match r.result()["statusMessage"].as_str() {
+            Some(m) if m.contains("running: sleep_long") => Ok(()),
+            _ => Err(r.result().to_string()),
+        }
+    })
+    .await;
+    let cancelled = l.request("tasks/cancel", json!({"taskId": sleeping})).await;
+    assert!(cancelled.is_ok(), "{:?}", cancelled.body);
+    until("cancelled", LIMIT, || async {
+        let r = l.request("tasks/get", json!({"taskId": sleeping})).await;
+        if r.result()["status"] == "cancelled" {
+            Ok(())
+        } else {
+            Err(r.result().to_string())
+        }
+    })
+    .await;
 }
