@@ -287,6 +287,13 @@ async fn sep1391_token_retry_is_one_run_other_arguments_conflict_and_the_xcom_is
         "{:?}",
         result.body
     );
+    assert_eq!(
+        runs_with(&url, "tg_success", "dataset", &dataset)
+            .await
+            .len(),
+        1,
+        "one DAG run for one token"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,4 +333,192 @@ async fn tasks_2025_failure_is_a_tool_error_and_cancel_reads_cancelled() {
         }
     })
     .await;
+}
+
+/// GET `path` of Airflow's REST API (`/api/v2` + `path`) as the tests' user, to
+/// check what a test did upstream.
+async fn airflow_get(url: &str, path: &str) -> Value {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(45))
+        .build()
+        .unwrap();
+    let token: Value = http
+        .post(format!("{url}/auth/token"))
+        .json(&json!({"username": "taskgate", "password": password()}))
+        .send()
+        .await
+        .expect("POST /auth/token")
+        .error_for_status()
+        .expect("a token")
+        .json()
+        .await
+        .expect("token JSON");
+    http.get(format!("{url}/api/v2{path}"))
+        .bearer_auth(token["access_token"].as_str().expect("access_token"))
+        .send()
+        .await
+        .expect("GET")
+        .error_for_status()
+        .expect("Airflow answered")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// The runs of `dag` whose `conf[field]` is `value` (among its latest 100).
+async fn runs_with(url: &str, dag: &str, field: &str, value: &str) -> Vec<Value> {
+    let runs = airflow_get(
+        url,
+        &format!("/dags/{dag}/dagRuns?limit=100&order_by=-run_after"),
+    )
+    .await;
+    runs["dag_runs"]
+        .as_array()
+        .expect("dag_runs")
+        .iter()
+        .filter(|r| r["conf"][field] == value)
+        .cloned()
+        .collect()
+}
+
+/// A 2025-11-25 session that can take tasks and answer elicitations.
+async fn tasks_2025(server: &Server) -> Legacy {
+    Legacy::connect(
+        &server.url(),
+        "2025-11-25",
+        json!({"elicitation": {}, "tasks": {}}),
+    )
+    .await
+}
+
+/// Polls 2025-11-25 `tasks/get` until the task reads `status`.
+async fn until_2025(c: &Legacy, task: &str, status: &str) -> Value {
+    until(&format!("task {task} {status}"), LIMIT, || async {
+        let t = c
+            .request("tasks/get", json!({"taskId": task}))
+            .await
+            .result()
+            .clone();
+        if t["status"] == status {
+            Ok(t)
+        } else {
+            Err(t.to_string())
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_a_dag_run_completes_with_the_xcom() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_success", r#", result = { task_id = "load" }"#);
+    let server = Server::start(&s).await;
+    let c = tasks_2025(&server).await;
+    let task = c
+        .start_task("pipeline", json!({"dataset": "t2025", "rows": 3}))
+        .await;
+    until_2025(&c, &task, "completed").await;
+    let result = c.request("tasks/result", json!({"taskId": task})).await;
+    let result = result.result();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"dataset": "t2025", "total": 6, "count": 3}),
+        "{result}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_an_approval_declined_through_elicitation_takes_the_reject_option() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_approval", "");
+    let server = Server::start(&s).await;
+    let c = tasks_2025(&server).await;
+    let version = token("decline");
+    let task = c.start_task("pipeline", json!({"version": version})).await;
+    until_2025(&c, &task, "input_required").await;
+    let (reply, asked) = c
+        .request_answering("tasks/result", json!({"taskId": task}), |request| {
+            assert_eq!(request["method"], "elicitation/create", "{request}");
+            json!({"action": "decline"})
+        })
+        .await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let message = asked[0]["params"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Release {version}?")),
+        "{message}"
+    );
+    assert_eq!(reply.result()["isError"], false, "{:?}", reply.body);
+    let runs = runs_with(&url, "tg_approval", "version", &version).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = runs[0]["dag_run_id"].as_str().unwrap();
+    let base = format!("/dags/tg_approval/dagRuns/{run}/taskInstances");
+    let detail = airflow_get(&url, &format!("{base}/approve_release/-1/hitlDetails")).await;
+    assert_eq!(detail["chosen_options"], json!(["Reject"]), "{detail}");
+    let tis = airflow_get(&url, &base).await;
+    let release = tis["task_instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == "release")
+        .cloned()
+        .unwrap();
+    assert_eq!(release["state"], "skipped", "{release}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_2025_a_form_answered_through_elicitation_reaches_the_dag() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_form", r#", result = { task_id = "use_details" }"#);
+    let server = Server::start(&s).await;
+    let c = tasks_2025(&server).await;
+    let task = c.start_task("pipeline", json!({})).await;
+    until_2025(&c, &task, "input_required").await;
+    let (reply, asked) = c
+        .request_answering("tasks/result", json!({"taskId": task}), |request| {
+            assert_eq!(request["method"], "elicitation/create", "{request}");
+            json!({"action": "accept", "content": {"region": "us-east-1", "replicas": 5}})
+        })
+        .await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let schema = &asked[0]["params"]["requestedSchema"];
+    assert_eq!(
+        schema["properties"]["replicas"]["type"], "integer",
+        "{schema}"
+    );
+    let result = reply.result();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"chosen": ["OK"], "details": {"region": "us-east-1", "replicas": 5}}),
+        "{result}"
+    );
+}
+
+/// A 2025-06-18 session that opted in to SEP-1391 operations.
+async fn sep1391(server: &Server) -> Legacy {
+    Legacy::connect(
+        &server.url(),
+        "2025-06-18",
+        json!({"elicitation": {}, "experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_a_failed_dag_run_is_an_error_result_naming_the_task() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_fail", "");
+    let server = Server::start(&s).await;
+    let c = sep1391(&server).await;
+    let token = token("op");
+    let started = c.call_op("pipeline", json!({}), &token, 3600).await;
+    assert!(started.is_ok(), "{:?}", started.body);
+    // A tool error is a completed operation whose result is an error.
+    c.until_op_status(&token, "completed", LIMIT).await;
+    let result = c.op_result(&token).await;
+    let result = &result.result()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(common::text(result).contains("explode"), "{result}");
 }
