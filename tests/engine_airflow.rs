@@ -522,3 +522,50 @@ async fn sep1391_a_failed_dag_run_is_an_error_result_naming_the_task() {
     assert_eq!(result["isError"], true, "{result}");
     assert!(common::text(result).contains("explode"), "{result}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_an_approval_accepted_through_the_status_elicitation() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_approval", r#", result = { task_id = "release" }"#);
+    let server = Server::start(&s).await;
+    let c = sep1391(&server).await;
+    let token = token("op-approve");
+    let version = token.clone();
+    let started = c
+        .call_op("pipeline", json!({"version": version}), &token, 3600)
+        .await;
+    assert!(started.is_ok(), "{:?}", started.body);
+    // The status answer that reads input_required carries the question first, on
+    // its SSE stream.
+    let request = until("input_required", LIMIT, || async {
+        let answer = c.op_status(&token).await;
+        match answer.result()["status"].as_str() {
+            Some("input_required") => Ok(answer.messages[0].clone()),
+            Some("working") => Err(answer.result().to_string()),
+            _ => panic!("{:?}", answer.body),
+        }
+    })
+    .await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let message = request["params"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Release {version}?")),
+        "{message}"
+    );
+    let code = c
+        .respond(
+            &request["id"],
+            json!({"action": "accept", "content": {"option": "Approve"},
+                   "_operation": {"token": token}}),
+        )
+        .await;
+    assert_eq!(code, 202);
+    c.until_op_status(&token, "completed", LIMIT).await;
+    let result = c.op_result(&token).await;
+    assert_eq!(
+        result.result()["result"]["structuredContent"],
+        json!({"released": version}),
+        "{:?}",
+        result.body
+    );
+}
