@@ -569,3 +569,55 @@ async fn sep1391_an_approval_accepted_through_the_status_elicitation() {
         result.body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_cancel_by_token_ends_the_dag_run() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_long", "");
+    let server = Server::start(&s).await;
+    let c = sep1391(&server).await;
+    let token = token("op-cancel");
+    let marker = token.clone();
+    let started = c
+        .call_op("pipeline", json!({"dataset": marker}), &token, 3600)
+        .await;
+    assert!(started.is_ok(), "{:?}", started.body);
+    // SEP-1391 status carries no message: watch the task in Airflow instead.
+    until("sleep_long running", LIMIT, || async {
+        let runs = runs_with(&url, "tg_long", "dataset", &marker).await;
+        let Some(run) = runs.first() else {
+            return Err("no run yet".to_owned());
+        };
+        let run_id = run["dag_run_id"].as_str().unwrap();
+        let ti = airflow_get(
+            &url,
+            &format!("/dags/tg_long/dagRuns/{run_id}/taskInstances/sleep_long"),
+        )
+        .await;
+        if ti["state"] == "running" {
+            Ok(())
+        } else {
+            Err(ti.to_string())
+        }
+    })
+    .await;
+    let posted = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"reason": "not needed", "_operation": {"token": token}}}),
+        )
+        .await
+        .status;
+    assert_eq!(posted, 202);
+    c.until_op_status(&token, "canceled", LIMIT).await;
+    let runs = runs_with(&url, "tg_long", "dataset", &marker).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["state"], "failed", "{:?}", runs[0]);
+    assert!(
+        runs[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("taskgate: cancelled")),
+        "{:?}",
+        runs[0]
+    );
+}
