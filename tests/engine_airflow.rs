@@ -31,6 +31,8 @@ kind = "airflow"
 base_url = "{url}"
 username = "taskgate"
 password_env = "TG_TEST_AIRFLOW_PASSWORD"
+connect_timeout = "20s"
+read_timeout = "40s"
 
 [[tools]]
 name = "pipeline"
@@ -46,7 +48,8 @@ target = {{ dag_id = "{dag}"{extra_target} }}
     let pw = password();
     // Airflow on SQLite answers slowly while the scheduler and the other tests
     // write to it (a trigger took over 10 s in a loaded CI run): give each call
-    // more room than the shared test default.
+    // more room than the shared test default (and its connects and reads more than
+    // the engine's defaults: a loaded api-server was seen refusing a trigger POST).
     Setup::config(
         &body,
         &[
