@@ -791,10 +791,9 @@ mod tests {
         file.set_modified(layout::from_ms(ms)).unwrap();
     }
 
-    #[test]
-    fn updated_at_is_the_newest_of_the_folders_and_the_status_file() {
-        let spool_dir = tempfile::tempdir().unwrap();
-        let dir = spool_dir.path().join("run");
+    /// A run folder under `spool_dir` holding only its meta record and `input/`.
+    fn meta_only_run(spool_dir: &Path) -> PathBuf {
+        let dir = spool_dir.join("run");
         std::fs::create_dir_all(dir.join(INPUT_DIR)).unwrap();
         let meta = Meta {
             tool: "t".into(),
@@ -803,6 +802,13 @@ mod tests {
             keep_alive_ms: None,
         };
         layout::write_json(&dir, META, &meta).unwrap();
+        dir
+    }
+
+    #[test]
+    fn updated_at_is_the_newest_of_the_folders_and_the_status_file() {
+        let spool_dir = tempfile::tempdir().unwrap();
+        let dir = meta_only_run(spool_dir.path());
         std::fs::write(dir.join(STATUS), "step one").unwrap();
         let s = spool(spool_dir.path());
         for (run_dir, input, status, newest) in [
@@ -832,15 +838,7 @@ mod tests {
     #[test]
     fn a_running_process_needs_no_look_at_its_supervisor() {
         let spool_dir = tempfile::tempdir().unwrap();
-        let dir = spool_dir.path().join("run");
-        std::fs::create_dir_all(dir.join(INPUT_DIR)).unwrap();
-        let meta = Meta {
-            tool: "t".into(),
-            args_hash: "h".into(),
-            created_at_ms: 1_000,
-            keep_alive_ms: None,
-        };
-        layout::write_json(&dir, META, &meta).unwrap();
+        let dir = meta_only_run(spool_dir.path());
         let me = std::process::id() as i32;
         let record = ProcRecord {
             pid: me,
