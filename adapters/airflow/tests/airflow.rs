@@ -38,8 +38,14 @@ impl Airflow {
         // The password reaches the engine through a file, as an operator would set it.
         let dir = std::env::temp_dir().join(format!("taskgate-airflow-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("password");
-        std::fs::write(&file, &self.password).unwrap();
+        // Tests run in parallel: each engine gets its own file, written whole before
+        // it is named, so no engine reads one another test is still writing.
+        static FILES: AtomicU64 = AtomicU64::new(0);
+        let n = FILES.fetch_add(1, Ordering::Relaxed);
+        let file = dir.join(format!("password-{n}"));
+        let partial = dir.join(format!(".password-{n}"));
+        std::fs::write(&partial, &self.password).unwrap();
+        std::fs::rename(&partial, &file).unwrap();
         json!({"base_url": self.url, "username": self.username, "password_file": file})
     }
 

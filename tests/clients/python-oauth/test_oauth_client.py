@@ -147,11 +147,17 @@ class Protected:
         return Path(self.log.name).read_text()
 
     def engine_calls(self) -> int:
+        """`taskgate_engine_calls_total` summed over its labels (engine, tool, operation)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("taskgate_engine_calls_total "):
-                    return int(line.split()[1])
-        raise AssertionError("no taskgate_engine_calls_total")
+            text = r.read().decode()
+        assert "# TYPE taskgate_engine_calls_total counter" in text, text
+        total = 0
+        for line in text.splitlines():
+            if line.startswith("taskgate_engine_calls_total{") or line.startswith(
+                "taskgate_engine_calls_total "
+            ):
+                total += int(float(line.split()[-1]))
+        return total
 
     def kill(self) -> None:
         self.proc.kill()

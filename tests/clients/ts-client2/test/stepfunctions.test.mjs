@@ -5,7 +5,8 @@
 // queue) in moto and checks the upstream effect there:
 //   - a Pass → Wait → Succeed machine: a task that completes with the
 //     execution's output as structuredContent;
-//   - a long Wait: execution.cancel → tasks/cancel → the execution is ABORTED;
+//   - a long Wait (with state_in_status, so the status names the state):
+//     execution.cancel → tasks/cancel → the execution is ABORTED;
 //   - a human step (sqs:sendMessage.waitForTaskToken): the task asks, the
 //     client's onInputRequest answers, taskgate sends SendTaskSuccess (accept)
 //     or SendTaskFailure (decline), and the execution goes on.
@@ -107,7 +108,7 @@ function flows(transportName, makeTransport) {
       setup = makeSetup(
         `[engines.aws]\nkind = "stepfunctions"\nregion = "us-east-1"\nendpoint_url = "${moto}"\n\n` +
           toolToml('analyze', { schema: SCHEMA, target: sfnTarget(arns.analyze) }) +
-          toolToml('sleep', { schema: SCHEMA, target: sfnTarget(arns.sleep) }) +
+          toolToml('sleep', { schema: SCHEMA, target: sfnTarget(arns.sleep, 'state_in_status = true') }) +
           toolToml('approve', { schema: SCHEMA, target: sfnTarget(arns.approve, HUMAN_STEP) }) +
           toolToml('approve_declined', { schema: SCHEMA, target: sfnTarget(arns.decline, HUMAN_STEP) }),
         {
