@@ -172,22 +172,12 @@ pub(crate) fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std
 /// Reads a file whole with the fewest system calls: open, read to the end,
 /// close. Unlike `std::fs::read` (and `File::read_to_end`) it does not ask for
 /// the size first: the spool's records are small, and `/proc` files have none.
+/// Reading through `take` keeps the size question away and reads into the
+/// buffer's spare capacity without zeroing it first.
 pub(crate) fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    let mut bytes = vec![0; 4096];
-    let mut len = 0;
-    loop {
-        if len == bytes.len() {
-            bytes.resize(len * 2, 0);
-        }
-        match file.read(&mut bytes[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    bytes.truncate(len);
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(4096);
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
