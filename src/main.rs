@@ -2,9 +2,6 @@
 
 mod client;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
