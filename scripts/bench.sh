@@ -29,37 +29,7 @@ bin="$root/target/release/taskgate"
 baseline_bin="$root/target/release/examples/baseline"
 load_bin="$root/target/release/examples/load"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    # The bench task's supervisor and process run detached: stop them too.
-    pkill -f "$work/spool" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tg_port=$(free_port)
-base_port=$(free_port)
-cat > "$work/bench.toml" <<TOML
-[server]
-listen = "127.0.0.1:$tg_port"
-
-[keys]
-seal = [{ id = "bench", dev_secret = "bench-secret-0123456789abcdef-0123456789" }]
-
-[engines.local]
-kind = "exec"
-spool_dir = "$work/spool"
-
-[[tools]]
-name = "bench_sleep"
-engine = "local"
-mode = "async"
-poll_interval = "1s"
-target = { command = ["/bin/sleep", "3600"] }
-TOML
+. "$root/scripts/lib/bench-server.sh"
 
 ms() { date +%s%3N; }
 wait_ready() {

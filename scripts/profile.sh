@@ -28,36 +28,7 @@ cargo build --release --quiet --bin taskgate --example baseline
 bin="$root/target/release/taskgate"
 baseline_bin="$root/target/release/examples/baseline"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    pkill -f "$work/spool" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tg_port=$(free_port)
-base_port=$(free_port)
-cat > "$work/profile.toml" <<TOML
-[server]
-listen = "127.0.0.1:$tg_port"
-
-[keys]
-seal = [{ id = "bench", dev_secret = "bench-secret-0123456789abcdef-0123456789" }]
-
-[engines.local]
-kind = "exec"
-spool_dir = "$work/spool"
-
-[[tools]]
-name = "bench_sleep"
-engine = "local"
-mode = "async"
-poll_interval = "1s"
-target = { command = ["/bin/sleep", "3600"] }
-TOML
+. "$root/scripts/lib/bench-server.sh"
 
 wait_ready() {
     local url=$1 until=$(( $(date +%s) + 120 ))
@@ -77,7 +48,7 @@ cg() { # NAME -- command…: starts it under callgrind, no counting until told
 }
 
 export TASKGATE_LOG=warn
-cg taskgate -- "$bin" serve --config "$work/profile.toml"
+cg taskgate -- "$bin" serve --config "$work/bench.toml"
 tg_pid=$last_pid
 cg baseline -- "$baseline_bin" "127.0.0.1:$base_port"
 base_pid=$last_pid
