@@ -365,8 +365,9 @@ fn runner() -> TestRunner {
     })
 }
 
-#[test]
-fn http_answers_every_bad_message_with_a_json_rpc_error_and_no_engine_call() {
+/// A runtime and a gateway over a fresh spool folder (kept alive by the
+/// returned guard) for one transport's property test.
+fn fixture() -> (tokio::runtime::Runtime, tempfile::TempDir, Arc<Gateway>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -374,6 +375,12 @@ fn http_answers_every_bad_message_with_a_json_rpc_error_and_no_engine_call() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let gw = rt.block_on(gateway(dir.path()));
+    (rt, dir, gw)
+}
+
+#[test]
+fn http_answers_every_bad_message_with_a_json_rpc_error_and_no_engine_call() {
+    let (rt, dir, gw) = fixture();
     let app = crate::transport::http::router(gw.clone());
     runner()
         .run(&(bad_message(), any::<bool>()), |(case, modern_headers)| {
@@ -402,13 +409,7 @@ fn http_answers_every_bad_message_with_a_json_rpc_error_and_no_engine_call() {
 
 #[test]
 fn stdio_answers_every_bad_message_with_a_json_rpc_error_and_no_engine_call() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let gw = rt.block_on(gateway(dir.path()));
+    let (rt, _spool, gw) = fixture();
     runner()
         .run(&bad_message(), |case| {
             let before = gw.meter.calls();

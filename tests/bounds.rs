@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use common::{wait_for, Legacy, Server, Setup};
+use common::{assert_bound_refusal, wait_for, Legacy, Server, Setup};
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -84,16 +84,7 @@ async fn a_caller_past_max_waits_per_caller_is_refused_before_its_run_starts() {
     let refused = c
         .call("work", json!({ "label": "second", "seconds": 1 }))
         .await;
-    let e = refused.error();
-    assert_eq!(e["code"], -32603, "{e}");
-    assert_eq!(e["data"]["retryable"], true, "{e}");
-    assert!(e["data"]["retryAfterMs"].as_u64().is_some(), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("server.max_waits_per_caller")),
-        "{e}"
-    );
+    assert_bound_refusal(refused.error(), "server.max_waits_per_caller");
     assert_eq!(setup.runs().len(), 1, "the refused call started nothing");
     waiting.abort();
 }
@@ -123,15 +114,8 @@ async fn requests_past_max_waits_are_refused_before_their_runs_start() {
     let refused = c
         .call("work", json!({ "label": "third", "seconds": 1 }))
         .await;
-    let e = refused.error();
-    assert_eq!(e["code"], -32603, "{e}");
-    assert_eq!(e["data"]["retryable"], true, "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("server.max_waits)")),
-        "the total bound, not the per-caller one: {e}"
-    );
+    // "max_waits)": the total bound, not the per-caller one.
+    assert_bound_refusal(refused.error(), "server.max_waits)");
     assert_eq!(setup.runs().len(), 2, "the refused call started nothing");
     for w in waiting {
         w.abort();
@@ -162,16 +146,7 @@ async fn a_batch_past_max_engine_calls_gets_retryable_errors_for_the_rest() {
         assert!(served["result"]["content"].is_array(), "{served}");
     }
     for refused in &answers[2..] {
-        let e = &refused["error"];
-        assert_eq!(e["code"], -32603, "{refused}");
-        assert_eq!(e["data"]["retryable"], true, "{refused}");
-        assert!(e["data"]["retryAfterMs"].as_u64().is_some(), "{refused}");
-        assert!(
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("server.max_engine_calls")),
-            "{refused}"
-        );
+        assert_bound_refusal(&refused["error"], "server.max_engine_calls");
     }
     assert_eq!(setup.runs().len(), 2, "the refused entries started nothing");
 

@@ -872,15 +872,7 @@ async fn a_status_lookup_past_max_engine_calls_is_retryable() {
     let server = Server::start(&setup).await;
     let c = opted(&server).await;
     let refused = c.op_status(token).await;
-    let e = refused.error();
-    assert_eq!(e["code"], -32603, "{e}");
-    assert_eq!(e["data"]["retryable"], true, "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("server.max_engine_calls")),
-        "{e}"
-    );
+    assert_bound_refusal(refused.error(), "server.max_engine_calls");
     // An unknown token costs 3 locates and fits.
     assert_eq!(c.op_status("op-unknown").await.code(), -32602);
 }

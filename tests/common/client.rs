@@ -480,6 +480,20 @@ impl Client {
     }
 }
 
+/// Asserts that `error` is a bound's refusal: the retryable -32603 with a
+/// `retryAfterMs`, its message naming the configuration key `key` (for
+/// example `server.max_engine_calls`).
+#[track_caller]
+pub fn assert_bound_refusal(error: &Value, key: &str) {
+    assert_eq!(error["code"], -32603, "{error}");
+    assert_eq!(error["data"]["retryable"], true, "{error}");
+    assert!(error["data"]["retryAfterMs"].as_u64().is_some(), "{error}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| m.contains(key)),
+        "not a refusal naming {key}: {error}"
+    );
+}
+
 /// Asserts that `task` is a well-formed D1 `DetailedTask` for `task_id`.
 pub fn assert_detailed_task(task: &Value, task_id: &str) {
     assert_eq!(task["resultType"], "complete", "{task}");

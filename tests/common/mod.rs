@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use client::{
-    assert_detailed_task, header, mcp_name, modern_meta, modern_meta_as, names, sse_data,
-    sse_messages, text, tool, Client, Legacy, Reply, SseReader,
+    assert_bound_refusal, assert_detailed_task, header, mcp_name, modern_meta, modern_meta_as,
+    names, sse_data, sse_messages, text, tool, Client, Legacy, Reply, SseReader,
 };
 pub use procs::{alive, group_members, recorded_pid};
 pub use server::{free_port, metric_sum, Server, StdioServer};
