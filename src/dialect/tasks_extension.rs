@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
+use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
 use super::wire::{
@@ -301,6 +302,7 @@ fn list_tools(gw: &Gateway, caller: &Caller) -> Value {
         .iter()
         .filter(|t| gw.visible_to(caller, t))
         .map(|t| tool_entry(t, Version::V2026_07_28, None))
+        .chain(logs::listed(gw, caller).then(|| logs::entry(Version::V2026_07_28)))
         .collect();
     // With access rules the list depends on the caller: no shared cache.
     let scope = if gw.access.is_uniform() {
@@ -322,6 +324,21 @@ async fn call_tool(
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
+    if name == logs::TOOL && logs::listed(gw, caller) {
+        let args = logs::args(params)?;
+        let (claims, tool) = gw.open_for_logs(caller, &args.task)?;
+        let mut result = logs::page(
+            gw,
+            caller,
+            Version::V2026_07_28,
+            tool,
+            &claims.native,
+            &args,
+        )
+        .await?;
+        result["resultType"] = json!("complete");
+        return Ok(result);
+    }
     let tool = gw.tool_for(caller, name, Dialect::TasksExtension)?;
     let args = gw.check_arguments(tool, params.get("arguments"))?;
     let as_task = declared.tasks && tool.is_long_running();
