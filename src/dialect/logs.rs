@@ -30,8 +30,9 @@ pub struct LogsArgs {
     pub limit: Option<u64>,
 }
 
-/// True when `caller` gets the tool: some long-running tool it may use keeps
-/// logs taskgate can read.
+/// True when `caller` may call the tool: some long-running tool it may use
+/// keeps logs taskgate can read. Dialects list it only to clients that can
+/// hold a task (tasks, operations, `handles`).
 #[must_use]
 pub fn listed(gw: &Gateway, caller: &Caller) -> bool {
     gw.tools()

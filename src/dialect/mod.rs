@@ -99,8 +99,12 @@ fn list_tools(gw: &Gateway, caller: &Caller, session: &Session) -> Value {
             tool_entry(t, version, extra)
         })
         .collect();
-    tools.extend(plain::companion_entries(gw, session));
-    if logs::listed(gw, caller) {
+    let companions = plain::companion_entries(gw, session);
+    // taskgate_logs goes to clients that can hold a task: tasks, operations,
+    // or the handles of the `handles` policy.
+    let holds_tasks = session.tasks() || session.operations || !companions.is_empty();
+    tools.extend(companions);
+    if holds_tasks && logs::listed(gw, caller) {
         tools.push(logs::entry(version));
     }
     json!({ "tools": tools })

@@ -57,7 +57,7 @@ pub async fn handle(
     }
     match method {
         "server/discover" => Ok(discover()),
-        "tools/list" => Ok(list_tools(gw, caller)),
+        "tools/list" => Ok(list_tools(gw, caller, declared.tasks)),
         "tools/call" => call_tool(gw, caller, out, params, &declared).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declared.tasks {
@@ -296,13 +296,15 @@ fn discover() -> Value {
     })
 }
 
-fn list_tools(gw: &Gateway, caller: &Caller) -> Value {
+/// The tools `caller` may use; `taskgate_logs` too when the request declared
+/// the tasks extension (a client without it never holds a task).
+fn list_tools(gw: &Gateway, caller: &Caller, tasks: bool) -> Value {
     let tools: Vec<Value> = gw
         .tools()
         .iter()
         .filter(|t| gw.visible_to(caller, t))
         .map(|t| tool_entry(t, Version::V2026_07_28, None))
-        .chain(logs::listed(gw, caller).then(|| logs::entry(Version::V2026_07_28)))
+        .chain((tasks && logs::listed(gw, caller)).then(|| logs::entry(Version::V2026_07_28)))
         .collect();
     // With access rules the list depends on the caller: no shared cache.
     let scope = if gw.access.is_uniform() {
