@@ -1,0 +1,608 @@
+//! Faults survived and "never polls / no state" proven where the engines
+//! receive requests, through the server binary:
+//!
+//! - **outages**: the upstream goes away mid-run (a [`TcpProxy`] in front of
+//!   moto or the Kubernetes API server refuses connections; the GitHub double
+//!   answers 502), then comes back: while it is away every `tasks/get` is a
+//!   retryable JSON-RPC error and never a failed task; afterwards the task
+//!   completes with its result;
+//! - **hangs**: the upstream accepts and never answers (the proxy holds, the
+//!   double hangs): the per-call deadline (`server.call_timeout`, 2 s here)
+//!   answers with a retryable error naming it;
+//! - **idleness at the upstream**: after a task was read, while a
+//!   `tasks/result` on another task (another engine entry, its own upstream)
+//!   is waiting, the idle task's upstream receives nothing — counted by the
+//!   proxy, the double's request log, or the API server's audit log;
+//! - **two replicas / a restart**, each server with its own fresh HOME,
+//!   working directory and TMPDIR: a task started on one is read, cancelled
+//!   and its result fetched on the other.
+//!
+//! Step Functions tests skip without `TASKGATE_MOTO_URL`, Kubernetes ones without
+//! `TASKGATE_KUBECONFIG` (both fail instead when `TASKGATE_REQUIRE_E2E=1`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
+use common::{tool_entry, wait_for, Client, Legacy, Mode, Options, Reply, Server, Setup, TcpProxy};
+use serde_json::{json, Value};
+use taskgate_engine::testing::e2e_endpoint;
+use taskgate_github::testing::{Double, Fault, OWNER, REF, REPO, TOKEN, WORKFLOW};
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// The short per-call deadline of the hang tests.
+const SHORT_DEADLINE: &str = "2s";
+/// The tools' poll interval (`tool_entry`).
+const POLL: Duration = Duration::from_millis(200);
+/// The idle window: many poll intervals (at least three are required).
+const WINDOW: Duration = Duration::from_secs(3);
+
+// ---------------------------------------------------------------------------
+// What a client sees during an outage
+// ---------------------------------------------------------------------------
+
+/// The distinct (code, retryAfterMs, message) triples clients saw during one outage.
+#[derive(Default)]
+struct Seen(BTreeSet<(i64, Option<u64>, String)>);
+
+impl Seen {
+    /// Asserts that `reply` to `tasks/get` is a retryable JSON-RPC error (never a
+    /// task, in particular never a failed one) and records it.
+    #[track_caller]
+    fn retryable(&mut self, reply: &Reply) {
+        let body = reply.response();
+        assert!(
+            body.get("result").is_none(),
+            "during the outage a read answered a task: {body}"
+        );
+        let e = reply.error();
+        assert_eq!(e["data"]["retryable"], true, "{e}");
+        let message = e["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("The task itself is unaffected"), "{e}");
+        let after = e["data"]["retryAfterMs"].as_u64();
+        self.0.insert((e["code"].as_i64().unwrap(), after, message));
+    }
+
+    /// Prints what was seen (for the report; `--nocapture`).
+    fn report(&self, what: &str) {
+        for (code, after, message) in &self.0 {
+            eprintln!("[{what}] client saw {code} (retryAfterMs {after:?}): {message}");
+        }
+    }
+}
+
+/// Reads `task` `n` times during an outage, each a retryable error.
+async fn reads_during_outage(c: &Client, task: &str, n: usize, seen: &mut Seen) {
+    for _ in 0..n {
+        seen.retryable(&c.get_reply(task).await);
+    }
+}
+
+/// One read during a hang: a retryable error naming the short deadline; how
+/// long the answer took (printed, never asserted).
+async fn read_during_hang(c: &Client, task: &str, seen: &mut Seen) -> Duration {
+    let began = Instant::now();
+    let reply = c.get_reply(task).await;
+    let took = began.elapsed();
+    seen.retryable(&reply);
+    let message = reply.message();
+    assert!(
+        message.contains(&format!("within {SHORT_DEADLINE}")),
+        "not the per-call deadline: {message}"
+    );
+    took
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Waits `WINDOW` (and at least `busy_reads` changes of `busy`, the waiting
+/// request's own upstream traffic, so the server is demonstrably at work).
+async fn idle_window(mut busy: impl FnMut() -> u64, busy_reads: u32) {
+    let began = Instant::now();
+    let mut last = busy();
+    let mut changes = 0;
+    wait_for("the idle window", LIMIT, || {
+        let now = busy();
+        if now != last {
+            changes += 1;
+            last = now;
+        }
+        let elapsed = began.elapsed();
+        let result = if elapsed >= WINDOW && changes >= busy_reads {
+            Ok(())
+        } else {
+            Err(format!("{elapsed:?}, {changes} busy reads"))
+        };
+        async move { result }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// Step Functions (moto)
+// ---------------------------------------------------------------------------
+
+const ROLE: &str = "arn:aws:iam::123456789012:role/taskgate-tests";
+const AWS_ENV: [(&str, &str); 4] = [
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_REGION", "us-east-1"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+];
+
+fn sfn(url: &str) -> aws_sdk_sfn::Client {
+    let conf = aws_sdk_sfn::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "tests"))
+        .build();
+    aws_sdk_sfn::Client::from_conf(conf)
+}
+
+async fn state_machine(url: &str, definition: Value) -> String {
+    sfn(url)
+        .create_state_machine()
+        .name(unique("e2e-faults"))
+        .definition(definition.to_string())
+        .role_arn(ROLE)
+        .r#type(StateMachineType::Standard)
+        .send()
+        .await
+        .expect("create state machine")
+        .state_machine_arn()
+        .to_owned()
+}
+
+fn wait_then_succeed(seconds: u64) -> Value {
+    json!({"StartAt": "Prepare", "States": {
+        "Prepare": {"Type": "Pass", "Result": {"prepared": true}, "ResultPath": "$.prep", "Next": "Pause"},
+        "Pause": {"Type": "Wait", "Seconds": seconds, "Next": "Done"},
+        "Done": {"Type": "Succeed"}}})
+}
+
+fn sleeper() -> Value {
+    json!({"StartAt": "Sleep", "States": {"Sleep": {"Type": "Wait", "Seconds": 300, "End": true}}})
+}
+
+/// The only execution of `machine`, as moto has it.
+async fn only_execution(url: &str, machine: &str) -> (String, ExecutionStatus) {
+    let list = sfn(url)
+        .list_executions()
+        .state_machine_arn(machine)
+        .send()
+        .await
+        .expect("list executions");
+    let all = list.executions();
+    assert_eq!(all.len(), 1, "expected one execution: {all:?}");
+    let arn = all[0].execution_arn().to_owned();
+    let status = sfn(url)
+        .describe_execution()
+        .execution_arn(&arn)
+        .send()
+        .await
+        .expect("describe execution")
+        .status()
+        .clone();
+    (arn, status)
+}
+
+/// An engine entry `name` on `endpoint` with one tool `tool` on `arn`.
+fn sfn_engine(name: &str, endpoint: &str, tool: &str, arn: &str) -> String {
+    format!(
+        "[engines.{name}]\nkind = \"stepfunctions\"\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"\n\n{}\n",
+        tool_entry(
+            tool,
+            "A Step Functions state machine",
+            name,
+            r#"{ type = "object", properties = { dataset = { type = "string" } } }"#,
+            &format!(r#"state_machine_arn = "{arn}", input_key = "args""#),
+        )
+    )
+}
+
+fn sfn_setup(body: &str, call_timeout: Option<&'static str>) -> Setup {
+    Setup::config_with(
+        Options {
+            call_timeout,
+            ..Options::default()
+        },
+        body,
+        &AWS_ENV,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepfunctions_outage_mid_run_is_retryable_then_the_task_completes() {
+    let Some(url) = e2e_endpoint("TASKGATE_MOTO_URL") else {
+        return;
+    };
+    let arn = state_machine(&url, wait_then_succeed(3)).await;
+    let proxy = TcpProxy::in_front_of(&url).await;
+    let s = sfn_setup(
+        &sfn_engine("aws", &proxy.url_for(&url), "analyze", &arn),
+        None,
+    );
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    // Step Functions goes away while the execution runs (moto keeps running it).
+    proxy.set(Mode::Refuse).await;
+    let mut seen = Seen::default();
+    reads_during_outage(&c, &task, 3, &mut seen).await;
+    // The execution finishes while taskgate cannot reach it: still no failure.
+    wait_for("the execution to finish upstream", LIMIT, || async {
+        match only_execution(&url, &arn).await.1 {
+            ExecutionStatus::Succeeded => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    reads_during_outage(&c, &task, 2, &mut seen).await;
+    seen.report("stepfunctions refused");
+
+    proxy.set(Mode::Pass).await;
+    let done = c.get(&task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"args": {"dataset": "d1"}, "prep": {"prepared": true}}),
+        "{done}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepfunctions_hang_is_answered_by_the_call_deadline() {
+    let Some(url) = e2e_endpoint("TASKGATE_MOTO_URL") else {
+        return;
+    };
+    let arn = state_machine(&url, wait_then_succeed(1)).await;
+    let proxy = TcpProxy::in_front_of(&url).await;
+    let s = sfn_setup(
+        &sfn_engine("aws", &proxy.url_for(&url), "analyze", &arn),
+        Some(SHORT_DEADLINE),
+    );
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
+
+    proxy.set(Mode::Hold).await;
+    let mut seen = Seen::default();
+    let took = read_during_hang(&c, &task, &mut seen).await;
+    assert!(
+        proxy.held() >= 1,
+        "the read never reached the hung upstream"
+    );
+    seen.report("stepfunctions hung");
+    eprintln!("[stepfunctions hung] the read answered after {took:?}");
+
+    proxy.set(Mode::Pass).await;
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepfunctions_idle_task_gets_no_upstream_request_while_another_waits() {
+    let Some(url) = e2e_endpoint("TASKGATE_MOTO_URL") else {
+        return;
+    };
+    let (idle_arn, busy_arn) = (
+        state_machine(&url, sleeper()).await,
+        state_machine(&url, sleeper()).await,
+    );
+    let idle = TcpProxy::in_front_of(&url).await;
+    let busy = TcpProxy::in_front_of(&url).await;
+    let body = sfn_engine("idle", &idle.url_for(&url), "quiet", &idle_arn)
+        + &sfn_engine("busy", &busy.url_for(&url), "waited", &busy_arn);
+    let s = sfn_setup(&body, None);
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("quiet", json!({"dataset": "idle"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    let legacy = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = legacy
+        .start_task("waited", json!({"dataset": "busy"}))
+        .await;
+    let waiting = {
+        let (legacy, other) = (legacy.clone(), other.clone());
+        tokio::spawn(async move {
+            legacy
+                .request("tasks/result", json!({"taskId": other}))
+                .await
+        })
+    };
+
+    let (bytes, connections) = (idle.bytes_to_upstream(), idle.connections());
+    let busy_before = busy.bytes_to_upstream();
+    let began = Instant::now();
+    idle_window(|| busy.bytes_to_upstream(), 3).await;
+    let watched = began.elapsed();
+    assert!(!waiting.is_finished(), "tasks/result answered early");
+    assert_eq!(
+        (
+            idle.bytes_to_upstream() - bytes,
+            idle.connections() - connections
+        ),
+        (0, 0),
+        "the idle task's upstream received bytes/connections during {watched:?}"
+    );
+    eprintln!(
+        "[stepfunctions idle] {watched:?} (poll interval {POLL:?}): idle upstream 0 bytes, 0 connections; \
+         the waiting request's upstream {} bytes",
+        busy.bytes_to_upstream() - busy_before
+    );
+
+    // The idle task reads again on request; the waiting one ends when cancelled.
+    assert_eq!(c.get(&task).await["status"], "working");
+    assert!(idle.bytes_to_upstream() > bytes);
+    c.cancel(&task).await;
+    legacy
+        .request("tasks/cancel", json!({"taskId": other}))
+        .await;
+    let _ = tokio::time::timeout(LIMIT, waiting).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepfunctions_two_replicas_with_separate_homes_share_every_task() {
+    let Some(url) = e2e_endpoint("TASKGATE_MOTO_URL") else {
+        return;
+    };
+    let (long_arn, short_arn) = (
+        state_machine(&url, sleeper()).await,
+        state_machine(&url, wait_then_succeed(1)).await,
+    );
+    let body =
+        sfn_engine("aws", &url, "long", &long_arn) + &sfn_engine("aws2", &url, "short", &short_arn);
+    // Two configurations in two folders, the same keys: two replicas.
+    let (sa, sb) = (sfn_setup(&body, None), sfn_setup(&body, None));
+    let a = sa.isolated_server().await;
+    let b = sb.isolated_server().await;
+    two_replicas(&a, &b, "long", "short", json!({"dataset": "r"})).await;
+    assert_eq!(
+        only_execution(&url, &long_arn).await.1,
+        ExecutionStatus::Aborted
+    );
+    assert_eq!(
+        only_execution(&url, &short_arn).await.1,
+        ExecutionStatus::Succeeded
+    );
+    assert_nothing_written(&a);
+    assert_nothing_written(&b);
+}
+
+/// Starts `long` and `short` on replica `a`; on `b`: reads `long`, cancels it;
+/// fetches `short`'s result through `tasks/result` (2025-11-25) and reads it
+/// completed (2026-07-28). Each call on `b` uses only what `a` handed out.
+async fn two_replicas(a: &Server, b: &Server, long: &str, short: &str, args: Value) {
+    let ca = a.client();
+    let cb = ca.at(&b.url());
+    let task = ca.start_task(long, args.clone()).await;
+    let read = cb.get(&task).await;
+    assert_eq!(read["status"], "working", "{read}");
+    assert_eq!(read["taskId"], task.as_str(), "{read}");
+    let cancelled = cb.cancel(&task).await;
+    assert_eq!(cancelled["resultType"], "complete", "{cancelled}");
+    cb.until_status(&task, "cancelled", LIMIT).await;
+    assert_eq!(ca.get(&task).await["status"], "cancelled");
+
+    let la = Legacy::connect(&a.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let lb = Legacy::connect(&b.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = la.start_task(short, args).await;
+    let result = lb.request("tasks/result", json!({"taskId": other})).await;
+    let result = result.result();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        other.as_str()
+    );
+    let status = lb.request("tasks/get", json!({"taskId": other})).await;
+    assert_eq!(status.result()["status"], "completed", "{:?}", status.body);
+}
+
+/// The replica wrote nothing into its HOME, working directory or TMPDIR.
+#[track_caller]
+fn assert_nothing_written(server: &Server) {
+    let private = server.private().expect("an isolated server");
+    assert_eq!(private.files(), Vec::<std::path::PathBuf>::new());
+}
+
+// ---------------------------------------------------------------------------
+// GitHub Actions (the double)
+// ---------------------------------------------------------------------------
+
+const GH_TOKEN_VAR: &str = "TASKGATE_E2E_GITHUB_TOKEN";
+
+/// An engine entry `name` on the double `d` with one tool `tool`.
+fn gh_engine(name: &str, d: &Double, tool: &str) -> String {
+    format!(
+        "[engines.{name}]\nkind = \"github\"\ntoken_env = \"{GH_TOKEN_VAR}\"\nbase_url = \"{}\"\nlookup_delay = \"10ms\"\n\n{}\n",
+        d.url,
+        tool_entry(
+            tool,
+            "A GitHub Actions workflow",
+            name,
+            r#"{ type = "object", required = ["version"], properties = { version = { type = "string" } } }"#,
+            &format!(r#"owner = "{OWNER}", repo = "{REPO}", workflow = "{WORKFLOW}", ref = "{REF}""#),
+        )
+    )
+}
+
+fn gh_setup(body: &str, call_timeout: Option<&'static str>) -> Setup {
+    Setup::config_with(
+        Options {
+            call_timeout,
+            ..Options::default()
+        },
+        body,
+        &[(GH_TOKEN_VAR, TOKEN)],
+    )
+}
+
+fn only_run(d: &Double) -> u64 {
+    let ids = d.run_ids();
+    assert_eq!(ids.len(), 1, "expected one run: {ids:?}");
+    ids[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_502s_are_retryable_then_the_task_completes() {
+    let d = Double::start().await;
+    let s = gh_setup(&gh_engine("gh", &d, "deploy"), None);
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "1"})).await;
+    let id = only_run(&d);
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    d.fail_with(Fault::BadGateway);
+    let before = d.seen().len();
+    let mut seen = Seen::default();
+    reads_during_outage(&c, &task, 2, &mut seen).await;
+    // The run finishes during the outage.
+    d.set_run(id, "completed", Some("success"));
+    reads_during_outage(&c, &task, 2, &mut seen).await;
+    assert!(
+        d.seen().len() > before,
+        "the reads never reached the double"
+    );
+    seen.report("github 502");
+
+    d.heal();
+    let done = c.get(&task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(done["result"]["structuredContent"]["run_id"], id, "{done}");
+    assert_eq!(
+        d.run_ids().len(),
+        1,
+        "the outage made taskgate dispatch again"
+    );
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_hang_is_answered_by_the_call_deadline() {
+    let d = Double::start().await;
+    let s = gh_setup(&gh_engine("gh", &d, "deploy"), Some(SHORT_DEADLINE));
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "2"})).await;
+    let id = only_run(&d);
+
+    d.fail_with(Fault::Hang);
+    let mut seen = Seen::default();
+    let took = read_during_hang(&c, &task, &mut seen).await;
+    seen.report("github hung");
+    eprintln!("[github hung] the read answered after {took:?}");
+
+    d.heal();
+    d.set_run(id, "completed", Some("success"));
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["structuredContent"]["run_id"], id, "{done}");
+    d.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_idle_task_gets_no_upstream_request_while_another_waits() {
+    let (idle, busy) = (Double::start().await, Double::start().await);
+    let body = gh_engine("idle", &idle, "quiet") + &gh_engine("busy", &busy, "waited");
+    let s = gh_setup(&body, None);
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("quiet", json!({"version": "idle"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    let legacy = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = legacy
+        .start_task("waited", json!({"version": "busy"}))
+        .await;
+    let waiting = {
+        let (legacy, other) = (legacy.clone(), other.clone());
+        tokio::spawn(async move {
+            legacy
+                .request("tasks/result", json!({"taskId": other}))
+                .await
+        })
+    };
+
+    let before = idle.lines();
+    let busy_before = busy.seen().len();
+    let began = Instant::now();
+    idle_window(|| busy.seen().len() as u64, 3).await;
+    let watched = began.elapsed();
+    assert!(!waiting.is_finished(), "tasks/result answered early");
+    assert_eq!(
+        idle.lines(),
+        before,
+        "the idle task's double received requests during {watched:?}"
+    );
+    eprintln!(
+        "[github idle] {watched:?} (poll interval {POLL:?}): idle double 0 requests; \
+         the waiting request's double {} requests",
+        busy.seen().len() - busy_before
+    );
+
+    busy.set_run(only_run(&busy), "completed", Some("success"));
+    let reply = tokio::time::timeout(LIMIT, waiting)
+        .await
+        .expect("tasks/result answered")
+        .unwrap();
+    assert_eq!(reply.result()["isError"], false, "{:?}", reply.body);
+    c.cancel(&task).await;
+    idle.assert_clean();
+    busy.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_two_replicas_with_separate_homes_share_every_task() {
+    let (d, d2) = (Double::start().await, Double::start().await);
+    let body = gh_engine("gh", &d, "long") + &gh_engine("gh2", &d2, "short");
+    let (sa, sb) = (gh_setup(&body, None), gh_setup(&body, None));
+    let a = sa.isolated_server().await;
+    let b = sb.isolated_server().await;
+    let (ca, cb) = (a.client(), a.client().at(&b.url()));
+    let task = ca.start_task("long", json!({"version": "r"})).await;
+    assert_eq!(cb.get(&task).await["status"], "working");
+    assert_eq!(cb.cancel(&task).await["resultType"], "complete");
+    cb.until_status(&task, "cancelled", LIMIT).await;
+    assert_eq!(ca.get(&task).await["status"], "cancelled");
+    let cancels: Vec<String> = d
+        .lines()
+        .into_iter()
+        .filter(|l| l.ends_with("/cancel"))
+        .collect();
+    assert_eq!(cancels.len(), 1, "{:?}", d.lines());
+
+    let la = Legacy::connect(&a.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let lb = Legacy::connect(&b.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = la.start_task("short", json!({"version": "r"})).await;
+    let id = only_run(&d2);
+    d2.set_run(id, "completed", Some("success"));
+    let result = lb.request("tasks/result", json!({"taskId": other})).await;
+    assert_eq!(
+        result.result()["structuredContent"]["run_id"],
+        id,
+        "{:?}",
+        result.body
+    );
+    assert_eq!(d2.run_ids().len(), 1);
+    assert_nothing_written(&a);
+    assert_nothing_written(&b);
+    d.assert_clean();
+    d2.assert_clean();
+}
