@@ -606,3 +606,421 @@ async fn github_two_replicas_with_separate_homes_share_every_task() {
     d.assert_clean();
     d2.assert_clean();
 }
+
+// ---------------------------------------------------------------------------
+// Kubernetes (the control plane of scripts/k8s/cluster-up.sh)
+// ---------------------------------------------------------------------------
+
+mod k8s {
+    use std::path::{Path, PathBuf};
+
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use kube::api::{Api, DeleteParams, ListParams, PostParams};
+    use serde_json::{json, Value};
+    use taskgate_engine::testing::e2e_endpoint;
+
+    use super::common::cluster::rbac_namespace;
+    use super::common::{tool_entry, Options, Setup};
+
+    /// A namespace holding `deploy/rbac.yaml`, a token of its ServiceAccount,
+    /// and the admin client.
+    pub struct Ns {
+        pub admin: kube::Client,
+        pub ns: String,
+        /// The ServiceAccount's user name in the API server's audit log.
+        pub user: String,
+        token: String,
+        admin_path: String,
+        pub dir: tempfile::TempDir,
+    }
+
+    impl Ns {
+        pub async fn new(test: &str) -> Option<Self> {
+            let admin_path = e2e_endpoint("TASKGATE_KUBECONFIG")?;
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            taskgate_kubernetes::choose_tls_backend();
+            let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .expect("admin kubeconfig");
+            let admin = kube::Client::try_from(config).expect("admin client");
+            let ns = super::unique(&format!("tg-e2e-faults-{test}"))
+                .chars()
+                .take(60)
+                .collect::<String>();
+            let sa = rbac_namespace(&admin, &ns).await;
+            let request = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..TokenRequestSpec::default()
+                }),
+                ..TokenRequest::default()
+            };
+            let token = Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                .create_token_request(&sa, &PostParams::default(), &request)
+                .await
+                .expect("TokenRequest")
+                .status
+                .expect("token status")
+                .token
+                .expect("a token");
+            let dir = tempfile::Builder::new()
+                .prefix("taskgate-faults-k8s-")
+                .tempdir()
+                .unwrap();
+            Some(Self {
+                admin,
+                user: format!("system:serviceaccount:{ns}:{sa}"),
+                ns,
+                token,
+                admin_path,
+                dir,
+            })
+        }
+
+        /// The API server's URL in the admin kubeconfig.
+        pub fn server_url(&self) -> String {
+            let admin: Value =
+                serde_yaml::from_str(&std::fs::read_to_string(&self.admin_path).unwrap()).unwrap();
+            admin["clusters"][0]["cluster"]["server"]
+                .as_str()
+                .expect("a server")
+                .to_owned()
+        }
+
+        /// A kubeconfig with the ServiceAccount's token, reaching the API
+        /// server at `server` (its own URL, or a proxy's).
+        pub fn kubeconfig(&self, server: &str) -> PathBuf {
+            let admin: Value =
+                serde_yaml::from_str(&std::fs::read_to_string(&self.admin_path).unwrap()).unwrap();
+            let mut cluster = admin["clusters"][0].clone();
+            cluster["cluster"]["server"] = json!(server);
+            let config = json!({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "taskgate", "user": {"token": self.token}}],
+                "contexts": [{"name": "taskgate", "context": {"cluster": cluster["name"], "user": "taskgate"}}],
+                "current-context": "taskgate",
+            });
+            let path = self
+                .dir
+                .path()
+                .join(format!("kubeconfig-{}", super::unique("k")));
+            std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+            path
+        }
+
+        /// An engine entry `name` reaching the API server at `server`, with
+        /// one tool `tool` whose Job runs `duration` under kwok; `extra` goes
+        /// into the target table.
+        pub fn engine(
+            &self,
+            name: &str,
+            server: &str,
+            tool: &str,
+            duration: &str,
+            extra: &str,
+        ) -> String {
+            let template = self.dir.path().join(format!("{tool}.yaml"));
+            std::fs::write(&template, job_template(duration)).unwrap();
+            format!(
+                "[engines.{name}]\nkind = \"kubernetes\"\nkubeconfig = {}\nnamespace = \"{}\"\n\n{}\n",
+                toml(&self.kubeconfig(server)),
+                self.ns,
+                tool_entry(
+                    tool,
+                    "A Kubernetes Job",
+                    name,
+                    r#"{ type = "object", properties = { dataset = { type = "string" } } }"#,
+                    &format!("template_file = {}{extra}", toml(&template)),
+                )
+            )
+        }
+
+        /// The Jobs in the namespace.
+        pub async fn jobs(&self) -> Vec<Job> {
+            Api::<Job>::namespaced(self.admin.clone(), &self.ns)
+                .list(&ListParams::default())
+                .await
+                .expect("list jobs")
+                .items
+        }
+
+        pub async fn done(self) {
+            let _ = Api::<Namespace>::all(self.admin.clone())
+                .delete(&self.ns, &DeleteParams::background())
+                .await;
+        }
+    }
+
+    pub fn setup(body: &str, call_timeout: Option<&'static str>) -> Setup {
+        Setup::config_with(
+            Options {
+                call_timeout,
+                ..Options::default()
+            },
+            body,
+            &[],
+        )
+    }
+
+    /// True when the Job has the condition `kind` (`Complete`, `Failed`).
+    pub fn has_condition(job: &Job, kind: &str) -> bool {
+        job.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+    }
+
+    fn toml(path: &Path) -> String {
+        serde_json::to_string(path.to_str().unwrap()).unwrap()
+    }
+
+    /// A Job whose pod runs `duration` under kwok (`tests/k8s/stages.yaml`).
+    fn job_template(duration: &str) -> String {
+        serde_yaml::to_string(&json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"labels": {"app": "taskgate-e2e"}},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": {"taskgate.test/duration": duration}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "busybox:fake", "command": ["sh", "-c", "run"]}],
+                    },
+                },
+            },
+        }))
+        .unwrap()
+    }
+
+    /// The API server's audit log (`TASKGATE_K8S_AUDIT_LOG`, else the one
+    /// `cluster.env` beside the admin kubeconfig names). `None` (skip) when
+    /// there is none; a clear failure instead under `TASKGATE_REQUIRE_E2E=1`.
+    pub fn audit_log() -> Option<PathBuf> {
+        let named = std::env::var("TASKGATE_K8S_AUDIT_LOG").ok().or_else(|| {
+            let kubeconfig = std::env::var("TASKGATE_KUBECONFIG").ok()?;
+            let env = Path::new(&kubeconfig).parent()?.join("cluster.env");
+            std::fs::read_to_string(env)
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("TASKGATE_K8S_AUDIT_LOG=").map(str::to_owned))
+        });
+        let found = named.map(PathBuf::from).filter(|p| p.is_file());
+        if found.is_none() {
+            assert!(
+                std::env::var("TASKGATE_REQUIRE_E2E").as_deref() != Ok("1"),
+                "the API server writes no audit log and TASKGATE_REQUIRE_E2E=1: \
+                 restart the cluster with scripts/k8s/cluster-up.sh \
+                 (its audit policy takes effect on the next start)"
+            );
+            eprintln!("skipping: no API server audit log (restart the cluster with scripts/k8s/cluster-up.sh)");
+        }
+        found
+    }
+
+    /// The audit events of `user` from byte `from` of the log: their request
+    /// ids and `verb requestURI` lines.
+    pub fn audited(log: &Path, from: u64, user: &str) -> Vec<(String, String)> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(log).expect("open the audit log");
+        file.seek(SeekFrom::Start(from)).unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["user"]["username"] == user)
+            .map(|e| {
+                (
+                    e["auditID"].as_str().unwrap_or_default().to_owned(),
+                    format!(
+                        "{} {}",
+                        e["verb"].as_str().unwrap_or_default(),
+                        e["requestURI"].as_str().unwrap_or_default()
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// The distinct requests among audit events.
+    pub fn requests(events: &[(String, String)]) -> usize {
+        events
+            .iter()
+            .map(|(id, _)| id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_outage_mid_job_is_retryable_then_the_task_completes() {
+    let Some(ns) = k8s::Ns::new("outage").await else {
+        return;
+    };
+    let api = ns.server_url();
+    let proxy = TcpProxy::in_front_of(&api).await;
+    let s = k8s::setup(
+        &ns.engine("k8s", &proxy.url_for(&api), "report", "4s", ""),
+        None,
+    );
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("report", json!({"dataset": "d1"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    proxy.set(Mode::Refuse).await;
+    let mut seen = Seen::default();
+    reads_during_outage(&c, &task, 3, &mut seen).await;
+    // The Job finishes while the API server is out of taskgate's reach.
+    wait_for("the Job to complete", LIMIT, || async {
+        let jobs = ns.jobs().await;
+        if jobs.len() == 1 && k8s::has_condition(&jobs[0], "Complete") {
+            Ok(())
+        } else {
+            Err(format!("{} jobs", jobs.len()))
+        }
+    })
+    .await;
+    reads_during_outage(&c, &task, 2, &mut seen).await;
+    seen.report("kubernetes refused");
+
+    proxy.set(Mode::Pass).await;
+    let done = c.get(&task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        ns.jobs().await.len(),
+        1,
+        "the outage made taskgate create another Job"
+    );
+    ns.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_hang_is_answered_by_the_call_deadline() {
+    let Some(ns) = k8s::Ns::new("hang").await else {
+        return;
+    };
+    let api = ns.server_url();
+    let proxy = TcpProxy::in_front_of(&api).await;
+    let s = k8s::setup(
+        &ns.engine("k8s", &proxy.url_for(&api), "report", "1s", ""),
+        Some(SHORT_DEADLINE),
+    );
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("report", json!({"dataset": "d1"})).await;
+
+    proxy.set(Mode::Hold).await;
+    let mut seen = Seen::default();
+    let took = read_during_hang(&c, &task, &mut seen).await;
+    assert!(
+        proxy.held() >= 1,
+        "the read never reached the hung upstream"
+    );
+    seen.report("kubernetes hung");
+    eprintln!("[kubernetes hung] the read answered after {took:?}");
+
+    proxy.set(Mode::Pass).await;
+    let done = c.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    ns.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_idle_task_gets_no_api_request_while_another_waits() {
+    let Some(log) = k8s::audit_log() else {
+        return;
+    };
+    let (Some(idle), Some(busy)) = (k8s::Ns::new("idle").await, k8s::Ns::new("busy").await) else {
+        return;
+    };
+    let api = idle.server_url();
+    let body = idle.engine("idle", &api, "quiet", "300s", "")
+        + &busy.engine("busy", &api, "waited", "300s", "");
+    let s = k8s::setup(&body, None);
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("quiet", json!({"dataset": "idle"})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    let legacy = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = legacy
+        .start_task("waited", json!({"dataset": "busy"}))
+        .await;
+    let waiting = {
+        let (legacy, other) = (legacy.clone(), other.clone());
+        tokio::spawn(async move {
+            legacy
+                .request("tasks/result", json!({"taskId": other}))
+                .await
+        })
+    };
+
+    // The idle task's reads so far are in the log (it is written as requests end).
+    wait_for("the idle task's read in the audit log", LIMIT, || async {
+        let n = k8s::requests(&k8s::audited(&log, 0, &idle.user));
+        if n > 0 {
+            Ok(())
+        } else {
+            Err("none".to_owned())
+        }
+    })
+    .await;
+    let mark = std::fs::metadata(&log).unwrap().len();
+    let began = Instant::now();
+    idle_window(
+        || k8s::requests(&k8s::audited(&log, mark, &busy.user)) as u64,
+        3,
+    )
+    .await;
+    let watched = began.elapsed();
+    assert!(!waiting.is_finished(), "tasks/result answered early");
+    let during = k8s::audited(&log, mark, &idle.user);
+    assert_eq!(
+        during,
+        Vec::<(String, String)>::new(),
+        "the idle task's ServiceAccount made API requests during {watched:?}"
+    );
+    eprintln!(
+        "[kubernetes idle] {watched:?} (poll interval {POLL:?}): idle ServiceAccount 0 requests \
+         in the audit log; the waiting request's ServiceAccount {} requests",
+        k8s::requests(&k8s::audited(&log, mark, &busy.user))
+    );
+
+    c.cancel(&task).await;
+    legacy
+        .request("tasks/cancel", json!({"taskId": other}))
+        .await;
+    let _ = tokio::time::timeout(LIMIT, waiting).await;
+    idle.done().await;
+    busy.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_two_replicas_with_separate_homes_share_every_task() {
+    let Some(ns) = k8s::Ns::new("replicas").await else {
+        return;
+    };
+    let api = ns.server_url();
+    let body = ns.engine("k8s", &api, "long", "300s", ", cancel = \"suspend\"")
+        + &ns.engine("k8s2", &api, "short", "1s", "");
+    let (sa, sb) = (k8s::setup(&body, None), k8s::setup(&body, None));
+    let a = sa.isolated_server().await;
+    let b = sb.isolated_server().await;
+    two_replicas(&a, &b, "long", "short", json!({"dataset": "r"})).await;
+    assert_eq!(
+        ns.jobs().await.len(),
+        2,
+        "one Job per task, whichever replica"
+    );
+    assert_nothing_written(&a);
+    assert_nothing_written(&b);
+    ns.done().await;
+}
