@@ -376,13 +376,14 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
     let Some(url) = moto() else { return };
     let arn = state_machine(&url, "restart", pass_wait_succeed(3)).await;
     let s = setup(&url, &arn, "");
-    let mut first = s.server().await;
+    // Own HOME, working directory and TMPDIR each.
+    let mut first = s.isolated_server().await;
     let c = first.client();
     let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
     assert_eq!(c.get(&task).await["status"], "working");
     first.kill();
 
-    let second = s.server().await;
+    let second = s.isolated_server().await;
     let c = c.at(&second.url());
     let done = c.until_status(&task, "completed", LIMIT).await;
     assert_eq!(

@@ -1024,3 +1024,125 @@ async fn kubernetes_two_replicas_with_separate_homes_share_every_task() {
     assert_nothing_written(&b);
     ns.done().await;
 }
+
+// ---------------------------------------------------------------------------
+// exec (the spool and the supervisor beside each run are its upstream)
+// ---------------------------------------------------------------------------
+
+/// File-system events in run folders, as the kernel reports them (inotify):
+/// every open, read, write, create, delete or attribute change.
+struct SpoolWatch {
+    inotify: nix::sys::inotify::Inotify,
+    folders: Vec<(nix::sys::inotify::WatchDescriptor, usize)>,
+    counts: Vec<u64>,
+}
+
+impl SpoolWatch {
+    /// Watches each of `folders` (its files and itself).
+    fn new(folders: &[&std::path::Path]) -> Self {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK).expect("inotify");
+        let flags = AddWatchFlags::IN_OPEN
+            | AddWatchFlags::IN_ACCESS
+            | AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_ATTRIB;
+        let folders = folders
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (inotify.add_watch(*f, flags).expect("watch"), i))
+            .collect();
+        Self {
+            inotify,
+            folders,
+            counts: vec![0; 2],
+        }
+    }
+
+    /// The events of each folder so far.
+    fn counts(&mut self) -> Vec<u64> {
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                if let Some((_, i)) = self.folders.iter().find(|(wd, _)| *wd == event.wd) {
+                    self.counts[*i] += 1;
+                }
+            }
+        }
+        self.counts.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_idle_run_folder_sees_no_access_while_another_waits() {
+    let s = Setup::new();
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("sleeper", json!({})).await;
+    let idle = s.only_run();
+    // The run has settled: the script reported its status.
+    wait_for("the sleeper's status", LIMIT, || {
+        let f = idle.join("sleeper.pids");
+        async move { f.exists().then_some(()) }
+    })
+    .await;
+    assert_eq!(c.get(&task).await["status"], "working");
+
+    let legacy = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = legacy.start_task("sleeper", json!({})).await;
+    let busy = s
+        .runs()
+        .into_iter()
+        .find(|r| *r != idle)
+        .expect("the second run");
+    let waiting = {
+        let (legacy, other) = (legacy.clone(), other.clone());
+        tokio::spawn(async move {
+            legacy
+                .request("tasks/result", json!({"taskId": other}))
+                .await
+        })
+    };
+    wait_for("the second sleeper's status", LIMIT, || {
+        let f = busy.join("sleeper.pids");
+        async move { f.exists().then_some(()) }
+    })
+    .await;
+
+    let mut watch = SpoolWatch::new(&[&idle, &busy]);
+    let began = Instant::now();
+    let counts = std::cell::RefCell::new(vec![0; 2]);
+    idle_window(
+        || {
+            *counts.borrow_mut() = watch.counts();
+            counts.borrow()[1]
+        },
+        3,
+    )
+    .await;
+    let watched = began.elapsed();
+    let counts = watch.counts();
+    assert!(!waiting.is_finished(), "tasks/result answered early");
+    assert_eq!(
+        counts[0], 0,
+        "the idle run's folder was touched during {watched:?}"
+    );
+    eprintln!(
+        "[exec idle] {watched:?} (poll interval {POLL:?}): idle run folder 0 file events; \
+         the waiting request's run folder {} events",
+        counts[1]
+    );
+    // A read of the idle task is seen by the same watch.
+    assert_eq!(c.get(&task).await["status"], "working");
+    assert!(watch.counts()[0] > 0, "the watch does not see reads");
+
+    c.cancel(&task).await;
+    legacy
+        .request("tasks/cancel", json!({"taskId": other}))
+        .await;
+    let _ = tokio::time::timeout(LIMIT, waiting).await;
+}
