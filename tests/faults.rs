@@ -17,8 +17,13 @@
 //!   working directory and TMPDIR: a task started on one is read, cancelled
 //!   and its result fetched on the other.
 //!
+//! Idleness is also proven for exec (inotify on the run folders: no file event)
+//! and Airflow (the api-server's access log), and Airflow has a two-replica test.
+//!
 //! Step Functions tests skip without `TASKGATE_MOTO_URL`, Kubernetes ones without
-//! `TASKGATE_KUBECONFIG` (both fail instead when `TASKGATE_REQUIRE_E2E=1`).
+//! `TASKGATE_KUBECONFIG` (the idle one also without the API server's audit log),
+//! Airflow ones without `TASKGATE_AIRFLOW_URL`; all fail instead when
+//! `TASKGATE_REQUIRE_E2E=1`.
 
 mod common;
 
@@ -1145,4 +1150,125 @@ async fn exec_idle_run_folder_sees_no_access_while_another_waits() {
         .request("tasks/cancel", json!({"taskId": other}))
         .await;
     let _ = tokio::time::timeout(LIMIT, waiting).await;
+}
+
+// ---------------------------------------------------------------------------
+// Airflow (scripts/airflow/up.sh)
+// ---------------------------------------------------------------------------
+
+/// Tools on one Airflow engine: each `(name, dag_id, extra target fields)`.
+/// Airflow on SQLite answers slowly under load: calls get 45 s, waits 150 s.
+fn airflow_setup(url: &str, tools: &[(&str, &str, &str)]) -> Setup {
+    let mut body = format!(
+        "[engines.af]\nkind = \"airflow\"\nbase_url = \"{url}\"\nusername = \"taskgate\"\n\
+         password_env = \"TG_TEST_AIRFLOW_PASSWORD\"\nconnect_timeout = \"20s\"\nread_timeout = \"40s\"\n\n"
+    );
+    for (name, dag, extra) in tools {
+        body.push_str(&tool_entry(
+            name,
+            "Run a DAG on Airflow",
+            "af",
+            r#"{ type = "object", properties = { dataset = { type = "string" }, rows = { type = "integer" } } }"#,
+            &format!("dag_id = \"{dag}\"{extra}"),
+        ));
+        body.push('\n');
+    }
+    let password = std::env::var("TASKGATE_AIRFLOW_PASSWORD")
+        .unwrap_or_else(|_| "taskgate-test-password".into());
+    Setup::config_with(
+        Options {
+            call_timeout: Some("45s"),
+            max_wait: Some("150s"),
+            ..Options::default()
+        },
+        &body,
+        &[("TG_TEST_AIRFLOW_PASSWORD", password.as_str())],
+    )
+}
+
+/// Requests naming `dag` in the api-server's access log.
+fn airflow_requests(dag: &str) -> u64 {
+    let home = std::env::var("TASKGATE_AIRFLOW_HOME")
+        .expect("TASKGATE_AIRFLOW_HOME (scripts/airflow/up.sh prints it)");
+    let log = std::fs::read_to_string(format!("{home}/api-server.log")).unwrap_or_default();
+    let needle = format!("path=/api/v2/dags/{dag}/");
+    log.lines()
+        .filter(|l| l.contains("http.access") && l.contains(&needle))
+        .count() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airflow_idle_task_gets_no_request_while_another_waits() {
+    let Some(url) = e2e_endpoint("TASKGATE_AIRFLOW_URL") else {
+        return;
+    };
+    let s = airflow_setup(&url, &[("quiet", "tg_idle", ""), ("waited", "tg_long", "")]);
+    let server = s.server().await;
+    let c = server.client();
+    let logged = airflow_requests("tg_idle");
+    let task = c.start_task("quiet", json!({})).await;
+    assert_eq!(c.get(&task).await["status"], "working");
+    // The api-server logs a request as it answers: wait until the start and
+    // the read are there.
+    wait_for("the idle task's read in the access log", LIMIT, || async {
+        (airflow_requests("tg_idle") >= logged + 2).then_some(())
+    })
+    .await;
+
+    let legacy = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let other = legacy.start_task("waited", json!({})).await;
+    let waiting = {
+        let (legacy, other) = (legacy.clone(), other.clone());
+        tokio::spawn(async move {
+            legacy
+                .request("tasks/result", json!({"taskId": other}))
+                .await
+        })
+    };
+
+    let before = airflow_requests("tg_idle");
+    let busy_before = airflow_requests("tg_long");
+    let began = Instant::now();
+    idle_window(|| airflow_requests("tg_long"), 3).await;
+    let watched = began.elapsed();
+    assert!(!waiting.is_finished(), "tasks/result answered early");
+    assert_eq!(
+        airflow_requests("tg_idle"),
+        before,
+        "Airflow received requests for the idle task during {watched:?}"
+    );
+    eprintln!(
+        "[airflow idle] {watched:?} (poll interval {POLL:?}): idle DAG 0 requests in the access log; \
+         the waiting request's DAG {} requests",
+        airflow_requests("tg_long") - busy_before
+    );
+    assert!(c.cancel_reply(&task).await.is_ok());
+    legacy
+        .request("tasks/cancel", json!({"taskId": other}))
+        .await;
+    let _ = tokio::time::timeout(LIMIT, waiting).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airflow_two_replicas_with_separate_homes_share_every_task() {
+    let Some(url) = e2e_endpoint("TASKGATE_AIRFLOW_URL") else {
+        return;
+    };
+    let tools = [
+        ("long", "tg_long", ""),
+        ("short", "tg_success", r#", result = { task_id = "load" }"#),
+    ];
+    let (sa, sb) = (airflow_setup(&url, &tools), airflow_setup(&url, &tools));
+    let a = sa.isolated_server().await;
+    let b = sb.isolated_server().await;
+    two_replicas(
+        &a,
+        &b,
+        "long",
+        "short",
+        json!({"dataset": "replicas", "rows": 1}),
+    )
+    .await;
+    assert_nothing_written(&a);
+    assert_nothing_written(&b);
 }
