@@ -6,7 +6,8 @@
 //! - [`Mode::Refuse`]: the listening socket is closed (new connections are
 //!   refused) and every open connection is closed — an upstream that is down;
 //! - [`Mode::Hold`]: new connections are accepted and never answered, and every
-//!   open connection is closed — an upstream that hangs.
+//!   open connection is frozen (kept open, nothing forwarded) — an upstream
+//!   that hangs; leaving the mode closes them.
 //!
 //! It counts the connections it accepted and the bytes it carried each way,
 //! so a test can tell whether the upstream received anything at all.
@@ -26,7 +27,7 @@ pub enum Mode {
     Pass,
     /// Refuse new connections, close open ones.
     Refuse,
-    /// Accept and never answer; close open ones.
+    /// Accept and never answer; freeze open ones.
     Hold,
 }
 
@@ -34,6 +35,7 @@ pub enum Mode {
 struct Counts {
     connections: AtomicU64,
     held: AtomicU64,
+    frozen: AtomicU64,
     to_upstream: AtomicU64,
     from_upstream: AtomicU64,
 }
@@ -166,6 +168,11 @@ impl TcpProxy {
         self.counts.held.load(Ordering::SeqCst)
     }
 
+    /// Open connections frozen by a switch to [`Mode::Hold`] so far.
+    pub fn frozen(&self) -> u64 {
+        self.counts.frozen.load(Ordering::SeqCst)
+    }
+
     /// Bytes carried to the upstream so far.
     pub fn bytes_to_upstream(&self) -> u64 {
         self.counts.to_upstream.load(Ordering::SeqCst)
@@ -257,7 +264,14 @@ async fn pipe(
         let _ = client_write.shutdown().await;
     };
     tokio::select! {
-        () = async { tokio::join!(up, down); } => {}
-        () = left(mode, Mode::Pass) => {} // both sockets close here
+        () = async { tokio::join!(up, down); } => return,
+        () = left(mode.clone(), Mode::Pass) => {}
     }
+    // A hang freezes the connection: open, nothing forwarded, until the mode
+    // changes again; then (and on a refusal at once) both sockets close.
+    if *mode.borrow() == Mode::Hold {
+        counts.frozen.fetch_add(1, Ordering::SeqCst);
+        left(mode, Mode::Hold).await;
+    }
+    drop((client_read, client_write, server_read, server_write));
 }
