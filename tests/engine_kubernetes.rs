@@ -594,13 +594,14 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
         "job",
         &format!("template_file = {}", toml_string(&file)),
     ));
-    let mut first = s.server().await;
+    // Own HOME, working directory and TMPDIR each.
+    let mut first = s.isolated_server().await;
     let m = first.client();
     let task = m.start_task("job", json!({})).await;
     assert_eq!(m.get(&task).await["status"], "working");
     first.kill();
 
-    let second = s.server().await;
+    let second = s.isolated_server().await;
     let m = m.at(&second.url());
     let done = m.until_status(&task, "completed", LIMIT).await;
     assert_eq!(
