@@ -426,3 +426,62 @@ async fn d2_status_notifications_on_the_result_stream() {
         .as_str()
         .is_some_and(|m| m.starts_with("step"))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_stream_carries_keep_alive_comments() {
+    let mut setup = Setup::with_tools(&dialect_tools());
+    setup
+        .extra_env
+        .push(("TASKGATE__SERVER__LISTEN_KEEP_ALIVE".into(), "100ms".into()));
+    let server = Server::start(&setup).await;
+    let c = server.client();
+    let task_id = c.start_task("sleeper", json!({})).await;
+    let mut response = post_listen(&server.url(), None, "quiet", &[&task_id], true).await;
+    assert_eq!(
+        common::header(&response, "x-accel-buffering").as_deref(),
+        Some("no")
+    );
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !text.contains("\n\n: keep-alive\n\n") {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no keep-alive comment; got {text:?}"))
+            .expect("SSE body")
+            .expect("the stream stays open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(response);
+    c.cancel(&task_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_holds_a_wait_slot() {
+    let mut setup = Setup::with_tools(&dialect_tools());
+    setup
+        .extra_env
+        .push(("TASKGATE__SERVER__MAX_WAITS_PER_CALLER".into(), "1".into()));
+    let server = Server::start(&setup).await;
+    let c = server.client();
+    let task_id = c.start_task("sleeper", json!({})).await;
+    let (_, mut first) = open_listen(&server.url(), None, "first", &[&task_id], true).await;
+    assert_ack(&first.next(LIMIT).await.expect("ack"), "first", &[&task_id]);
+    let refused: Value = post_listen(&server.url(), None, "second", &[&task_id], true)
+        .await
+        .json()
+        .await
+        .expect("a JSON error");
+    common::assert_bound_refusal(&refused["error"], "max_waits_per_caller");
+    drop(first);
+    // The slot comes back with the closed stream.
+    wait_for("the slot given back", LIMIT, async || {
+        let response = post_listen(&server.url(), None, "third", &[&task_id], true).await;
+        let mut stream = SseReader::new(response);
+        let first = stream.next(LIMIT).await.expect("a message");
+        (first["method"] == "notifications/subscriptions/acknowledged")
+            .then_some(())
+            .ok_or_else(|| first.to_string())
+    })
+    .await;
+    c.cancel(&task_id).await;
+}

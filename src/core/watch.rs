@@ -118,3 +118,74 @@ async fn follow(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use taskgate_engine::{Capabilities, NativeRef, RunState, StartRequest};
+
+    /// A run that keeps working and counts the reads of its watchers.
+    #[derive(Default)]
+    struct Counting {
+        reads: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Pipeline for Counting {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        async fn start(&self, _: StartRequest) -> Result<NativeRef, EngineError> {
+            Err(EngineError::unsupported("start"))
+        }
+        async fn read(&self, _: &NativeRef) -> Result<Snapshot, EngineError> {
+            let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(Snapshot::new(RunState::Working {
+                message: Some(format!("read {n}")),
+                progress: None,
+            }))
+        }
+    }
+
+    fn working() -> Snapshot {
+        Snapshot::new(RunState::Working {
+            message: None,
+            progress: None,
+        })
+    }
+
+    async fn until(what: &str, check: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn subscribers_of_one_run_share_one_watch_that_ends_with_the_last() {
+        let hub = Arc::new(Watches::default());
+        let counting = Arc::new(Counting::default());
+        let pipeline: Arc<dyn Pipeline> = counting.clone();
+        let poll = Duration::from_millis(20);
+        let mut a = hub.subscribe("t", &pipeline, "run", poll, &working());
+        let mut b = hub.subscribe("t", &pipeline, "run", poll, &working());
+        let other = hub.subscribe("t", &pipeline, "other", poll, &working());
+        assert_eq!(hub.open(), 2, "one watch per run, shared");
+        // Both subscribers get the changes the one watch reads.
+        a.changed().await.unwrap();
+        b.changed().await.unwrap();
+        drop(other);
+        until("the unwatched run's watch ends", || hub.open() == 1).await;
+        drop((a, b));
+        until("no watch after the last subscriber", || hub.open() == 0).await;
+        let reads = counting.reads.load(Ordering::SeqCst);
+        tokio::time::sleep(poll * 5).await;
+        assert_eq!(
+            counting.reads.load(Ordering::SeqCst),
+            reads,
+            "no read once nobody watches"
+        );
+    }
+}
