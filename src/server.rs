@@ -87,17 +87,26 @@ impl Admitted {
         };
         match self.era {
             Era::Stateless => {
-                method == "tools/call"
-                    && params
-                        .get("_meta")
-                        .and_then(|m| m.get("progressToken"))
-                        .is_some()
+                method == "subscriptions/listen"
+                    || method == "tools/call"
+                        && params
+                            .get("_meta")
+                            .and_then(|m| m.get("progressToken"))
+                            .is_some()
             }
             Era::Session(_) => matches!(
                 method.as_str(),
                 "tools/call" | "tasks/result" | "tools/async/status"
             ),
         }
+    }
+
+    /// True for a 2026-07-28 `subscriptions/listen` stream, which an HTTP
+    /// transport keeps alive with `:` comments while it is quiet.
+    #[must_use]
+    pub fn is_listen(&self) -> bool {
+        matches!(&self.message, Message::Request { method, .. } if method == "subscriptions/listen")
+            && self.era == Era::Stateless
     }
 
     /// The key of a request (its id as JSON text), to cancel it in flight.
@@ -384,6 +393,17 @@ async fn dispatch_unbounded(
                     // The dialects' futures are boxed: each is several KiB, and
                     // unboxed they would make every future around them as large,
                     // copied whole each time one is moved (per request).
+                    Era::Stateless if method == "subscriptions/listen" => {
+                        Box::pin(dialect::tasks_extension::listen(
+                            gw,
+                            caller,
+                            inbound.headers,
+                            out.as_ref(),
+                            &id,
+                            &params,
+                        ))
+                        .await
+                    }
                     Era::Stateless => {
                         Box::pin(dialect::tasks_extension::handle(
                             gw,

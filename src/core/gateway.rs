@@ -121,6 +121,8 @@ pub struct Gateway {
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
     waits: Arc<WaitSlots>,
+    /// The watches of open listen streams (one per watched run).
+    pub watches: Arc<super::watch::Watches>,
 }
 
 /// A started run: its claims and the sealed handle the client gets.
@@ -216,6 +218,7 @@ impl Gateway {
                     cfg.server.max_waits,
                     cfg.server.max_waits_per_caller,
                 )),
+                watches: Arc::default(),
                 server: cfg.server,
                 keys,
                 tools,

@@ -13,6 +13,7 @@ pub mod handle;
 pub mod metrics;
 pub mod slots;
 pub mod validate;
+pub mod watch;
 
 pub use access::Caller;
 pub use config::{ConfigFileError, ConfigProblem};

@@ -25,6 +25,9 @@ use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
+mod listen;
+pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
+
 /// What one modern request declared.
 struct Declared {
     tasks: bool,

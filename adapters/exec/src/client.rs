@@ -66,6 +66,15 @@ impl Spool {
         }
     }
 
+    /// The folder of run `name`, to watch for changes of its files.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] for a name taskgate cannot have produced.
+    pub(crate) fn folder_of(&self, name: &str) -> Result<PathBuf, EngineError> {
+        self.run_dir(name)
+    }
+
     /// Creates the spool folder (private to this user) if needed.
     pub(crate) fn ensure_spool(&self) -> Result<(), EngineError> {
         let staging = self.settings.spool_dir.join(STAGING);
