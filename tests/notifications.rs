@@ -41,9 +41,20 @@ async fn post_listen(
     task_ids: &[&str],
     tasks: bool,
 ) -> reqwest::Response {
+    post_listen_meta(url, token, id, task_ids, modern_meta(tasks)).await
+}
+
+/// [`post_listen`] with the request's own `_meta`.
+async fn post_listen_meta(
+    url: &str,
+    token: Option<&str>,
+    id: &str,
+    task_ids: &[&str],
+    meta: Value,
+) -> reqwest::Response {
     let body = json!({
         "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-        "params": { "notifications": { "taskIds": task_ids }, "_meta": modern_meta(tasks) },
+        "params": { "notifications": { "taskIds": task_ids }, "_meta": meta },
     });
     let mut req = reqwest::Client::new()
         .post(url)
@@ -484,4 +495,52 @@ async fn an_open_stream_holds_a_wait_slot() {
     })
     .await;
     c.cancel(&task_id).await;
+}
+
+/// A listen request that declared the tasks extension but no input type sees
+/// the task wait for input, never the question itself (issue 16 item 3 for the
+/// push path); a request that declares elicitation gets the input request.
+#[tokio::test]
+async fn a_stream_without_elicitation_never_carries_an_input_request() {
+    let setup = Setup::new();
+    let server = Server::start(&setup).await;
+    let c = server.client();
+    let task_id = c.start_task("ask", json!({ "label": "pushed-ask" })).await;
+    let mut meta = modern_meta(true);
+    meta["io.modelcontextprotocol/clientCapabilities"]
+        .as_object_mut()
+        .unwrap()
+        .remove("elicitation");
+    let response = post_listen_meta(&server.url(), None, "quiet", &[&task_id], meta).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let mut quiet = SseReader::new(response);
+    let ack = quiet.next(LIMIT).await.expect("ack");
+    assert_ack(&ack, "quiet", &[&task_id]);
+    let waiting = loop {
+        let note = quiet.next(LIMIT).await.expect("a notification");
+        let task = note["params"].clone();
+        assert!(
+            task.get("inputRequests").is_none() && !note.to_string().contains("elicitation/create"),
+            "an input request reached a stream that did not declare elicitation: {note}"
+        );
+        if task["status"] == "input_required" {
+            break task;
+        }
+    };
+    assert!(
+        waiting["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("elicitation")),
+        "{waiting}"
+    );
+    drop(quiet);
+    // The same task on a stream that declared it: the question is there.
+    let (_, mut asking) = open_listen(&server.url(), None, "asking", &[&task_id], true).await;
+    let _ = asking.next(LIMIT).await.expect("ack");
+    let note = asking.next(LIMIT).await.expect("the current state");
+    assert_eq!(note["params"]["status"], "input_required", "{note}");
+    assert_eq!(
+        note["params"]["inputRequests"]["approve"]["method"], "elicitation/create",
+        "{note}"
+    );
 }

@@ -122,7 +122,16 @@ pub async fn listen(
     let streams: FuturesUnordered<_> = watched
         .into_iter()
         .map(|(task_id, claims, tool, snapshot)| {
-            follow(gw, out, id, task_id, claims, tool, snapshot)
+            follow(
+                gw,
+                out,
+                id,
+                declared.elicitation,
+                task_id,
+                claims,
+                tool,
+                snapshot,
+            )
         })
         .collect();
     let all_ended = streams.collect::<Vec<()>>();
@@ -141,12 +150,13 @@ async fn follow(
     gw: &Gateway,
     out: &Outbound,
     id: &Value,
+    elicitation: bool,
     task_id: &str,
     claims: TaskClaims,
     tool: &Tool,
     first: taskgate_engine::Snapshot,
 ) {
-    let mut last = notification(id, task_id, &claims, tool, &first);
+    let mut last = notification(id, elicitation, task_id, &claims, tool, &first);
     let _ = out.send(last.clone());
     if first.state.is_terminal() {
         return;
@@ -163,7 +173,7 @@ async fn follow(
         let Seen::Run(snapshot) = seen else {
             return;
         };
-        let next = notification(id, task_id, &claims, tool, &snapshot);
+        let next = notification(id, elicitation, task_id, &claims, tool, &snapshot);
         if next != last {
             let _ = out.send(next.clone());
             last = next;
@@ -175,9 +185,13 @@ async fn follow(
 }
 
 /// `notifications/tasks` for one snapshot: the `DetailedTask` of `tasks/get`
-/// (without its `resultType`) plus the subscription id.
+/// (without its `resultType`) plus the subscription id. A stream whose request
+/// did not declare elicitation never carries an input request: it sees the
+/// task's `input_required` status with a message saying why the question is
+/// not shown (`tasks/get` would answer -32021 for the same reason).
 fn notification(
     id: &Value,
+    elicitation: bool,
     task_id: &str,
     claims: &TaskClaims,
     tool: &Tool,
@@ -186,6 +200,12 @@ fn notification(
     let mut task = detailed_task(task_id, claims, tool, snapshot);
     if let Some(t) = task.as_object_mut() {
         t.remove("resultType");
+        if !elicitation && t.remove("inputRequests").is_some() {
+            t.insert(
+                "statusMessage".into(),
+                json!("the task waits for input of a type this stream's request did not declare (elicitation); a request that declares it reads the question with tasks/get"),
+            );
+        }
         t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: id }));
     }
     json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": task })
