@@ -122,16 +122,12 @@ pub async fn listen(
     let streams: FuturesUnordered<_> = watched
         .into_iter()
         .map(|(task_id, claims, tool, snapshot)| {
-            follow(
-                gw,
+            let to = Subscriber {
                 out,
                 id,
-                declared.elicitation,
-                task_id,
-                claims,
-                tool,
-                snapshot,
-            )
+                elicitation: declared.elicitation,
+            };
+            follow(gw, to, task_id, claims, tool, snapshot)
         })
         .collect();
     let all_ended = streams.collect::<Vec<()>>();
@@ -146,16 +142,29 @@ pub async fn listen(
 
 /// Sends the task's `DetailedTask` now and on each change, until it is terminal
 /// or its run is gone.
+/// Where a listen stream's notifications go, and what its request declared.
+#[derive(Clone, Copy)]
+struct Subscriber<'a> {
+    out: &'a Outbound,
+    /// The listen request's id: the subscription id.
+    id: &'a Value,
+    /// The request declared elicitation (it may be shown input requests).
+    elicitation: bool,
+}
+
 async fn follow(
     gw: &Gateway,
-    out: &Outbound,
-    id: &Value,
-    elicitation: bool,
+    to: Subscriber<'_>,
     task_id: &str,
     claims: TaskClaims,
     tool: &Tool,
     first: taskgate_engine::Snapshot,
 ) {
+    let Subscriber {
+        out,
+        id,
+        elicitation,
+    } = to;
     let mut last = notification(id, elicitation, task_id, &claims, tool, &first);
     let _ = out.send(last.clone());
     if first.state.is_terminal() {
