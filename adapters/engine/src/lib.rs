@@ -9,6 +9,7 @@
 mod error;
 mod layer;
 mod pipeline;
+mod retry;
 mod single_flight;
 mod state;
 pub mod testing;
@@ -16,6 +17,7 @@ pub mod testing;
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
+pub use retry::{retrying, RetryCancel};
 pub use single_flight::SingleFlight;
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
