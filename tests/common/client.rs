@@ -464,7 +464,9 @@ impl Client {
         reply.result().clone()
     }
 
-    /// Polls `tasks/get` until `done(result)` holds, at most `limit`.
+    /// Polls `tasks/get` until `done(result)` holds, at most `limit`. An answer
+    /// the server marks retryable (its engine unavailable for a moment) is a
+    /// poll to repeat, as a client would; any other error fails.
     pub async fn poll_until(
         &self,
         task_id: &str,
@@ -472,7 +474,17 @@ impl Client {
         done: impl Fn(&Value) -> bool,
     ) -> Value {
         wait_for("the expected task state", limit, async || {
-            let task = self.get(task_id).await;
+            let reply = self.get_reply(task_id).await;
+            if reply.status == 200
+                && reply
+                    .body
+                    .get("error")
+                    .is_some_and(|e| e["data"]["retryable"] == true)
+            {
+                return Err(reply.raw);
+            }
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            let task = reply.result().clone();
             if done(&task) {
                 Ok(task)
             } else {
