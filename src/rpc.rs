@@ -267,13 +267,26 @@ impl From<CoreError> for RpcError {
 /// A success response.
 #[must_use]
 pub fn ok(id: &Value, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+    // Built by hand: `json!` would copy `result` member by member
+    // (`to_value(&result)`), a whole second tree per response.
+    envelope(("id", id.clone()), ("result", result))
+}
+
+fn envelope(first: (&str, Value), second: (&str, Value)) -> Value {
+    let mut object = serde_json::Map::new();
+    object.insert("jsonrpc".to_owned(), Value::String("2.0".to_owned()));
+    object.insert(first.0.to_owned(), first.1);
+    object.insert(second.0.to_owned(), second.1);
+    Value::Object(object)
 }
 
 /// A notification.
 #[must_use]
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+    envelope(
+        ("method", Value::String(method.to_owned())),
+        ("params", params),
+    )
 }
 
 /// What a JSON-RPC message is.
@@ -306,7 +319,57 @@ pub enum Message {
     },
 }
 
+/// The members of a JSON-RPC message that taskgate looks at, read straight from
+/// the body without building a map of the whole object first. `Some(Null)` is a
+/// member written as `null`; `None` one that is absent.
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(default, deserialize_with = "present")]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 impl Message {
+    /// Parses and classifies one message from a request body.
+    ///
+    /// # Errors
+    ///
+    /// [`RpcError::Parse`] for a body that is not JSON, [`RpcError::InvalidRequest`]
+    /// for JSON that is not a JSON-RPC 2.0 message; each with the message's id
+    /// when it has a usable one (else null), for the error response.
+    pub fn from_slice(body: &[u8]) -> Result<Self, (RpcError, Value)> {
+        // The common case, an object with the usual members, skips the map of
+        // the whole message; anything unusual (not an object, a repeated member)
+        // takes the general path, which answers it exactly as before.
+        // (A derived struct would also accept an array, so only objects go there.)
+        let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        if let Some(e) = object
+            .then(|| serde_json::from_slice::<Envelope>(body).ok())
+            .flatten()
+        {
+            let id = e.id.clone().unwrap_or(Value::Null);
+            return Self::from_members(e.jsonrpc, e.id, e.method, e.params, e.result, e.error)
+                .map_err(|err| (err, id));
+        }
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| (RpcError::Parse(e.to_string()), Value::Null))?;
+        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        Self::parse(value).map_err(|e| (e, id))
+    }
+
     /// Classifies a parsed JSON value.
     ///
     /// # Errors
@@ -316,10 +379,27 @@ impl Message {
         let Value::Object(mut obj) = value else {
             return Err(RpcError::InvalidRequest("expected a JSON object".into()));
         };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        Self::from_members(
+            obj.remove("jsonrpc"),
+            obj.remove("id"),
+            obj.remove("method"),
+            obj.remove("params"),
+            obj.remove("result"),
+            obj.remove("error"),
+        )
+    }
+
+    fn from_members(
+        jsonrpc: Option<Value>,
+        id: Option<Value>,
+        method: Option<Value>,
+        params: Option<Value>,
+        result: Option<Value>,
+        error: Option<Value>,
+    ) -> Result<Self, RpcError> {
+        if jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return Err(RpcError::InvalidRequest("jsonrpc must be \"2.0\"".into()));
         }
-        let id = obj.remove("id");
         if let Some(id) = &id {
             if !(id.is_string() || id.is_number()) {
                 return Err(RpcError::InvalidRequest(
@@ -327,9 +407,9 @@ impl Message {
                 ));
             }
         }
-        match (obj.remove("method"), id) {
+        match (method, id) {
             (Some(Value::String(method)), id) => {
-                let params = match obj.remove("params") {
+                let params = match params {
                     None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
                     Some(p @ Value::Object(_)) => p,
                     Some(_) => {
@@ -342,12 +422,8 @@ impl Message {
                 })
             }
             (Some(_), _) => Err(RpcError::InvalidRequest("method must be a string".into())),
-            (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
-                Ok(Self::Response {
-                    id,
-                    result: obj.remove("result"),
-                    error: obj.remove("error"),
-                })
+            (None, Some(id)) if result.is_some() || error.is_some() => {
+                Ok(Self::Response { id, result, error })
             }
             (None, _) => Err(RpcError::InvalidRequest("missing method".into())),
         }
@@ -463,5 +539,40 @@ mod tests {
         ));
         assert!(Message::parse(json!({"id":1,"method":"ping"})).is_err());
         assert!(Message::parse(json!([1])).is_err());
+    }
+
+    /// The fast path over raw bytes classifies every body as the general path
+    /// over a parsed value does, including the odd ones it hands over.
+    #[test]
+    fn from_slice_agrees_with_parse() {
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"x","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":7}"#,
+            r#"{"jsonrpc":"1.0","id":2,"method":"x"}"#,
+            r#"{"id":2,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":3,"error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":3}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"a","method":"b"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"x","extra":{"deep":[1,2]}}"#,
+            r#"[1]"#,
+            r#""text""#,
+        ];
+        for body in bodies {
+            let general = serde_json::from_slice::<Value>(body.as_bytes())
+                .map_err(|e| e.to_string())
+                .and_then(|v| Message::parse(v).map_err(|e| e.to_string()));
+            let fast = Message::from_slice(body.as_bytes()).map_err(|(e, _)| e.to_string());
+            assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{body}");
+        }
+        let (e, id) = Message::from_slice(b"{not json").unwrap_err();
+        assert!(matches!(e, RpcError::Parse(_)) && id.is_null());
+        let (_, id) = Message::from_slice(br#"{"jsonrpc":"1.0","id":9,"method":"x"}"#).unwrap_err();
+        assert_eq!(id, json!(9));
     }
 }

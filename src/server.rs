@@ -87,17 +87,26 @@ impl Admitted {
         };
         match self.era {
             Era::Stateless => {
-                method == "tools/call"
-                    && params
-                        .get("_meta")
-                        .and_then(|m| m.get("progressToken"))
-                        .is_some()
+                method == "subscriptions/listen"
+                    || method == "tools/call"
+                        && params
+                            .get("_meta")
+                            .and_then(|m| m.get("progressToken"))
+                            .is_some()
             }
             Era::Session(_) => matches!(
                 method.as_str(),
                 "tools/call" | "tasks/result" | "tools/async/status"
             ),
         }
+    }
+
+    /// True for a 2026-07-28 `subscriptions/listen` stream, which an HTTP
+    /// transport keeps alive with `:` comments while it is quiet.
+    #[must_use]
+    pub fn is_listen(&self) -> bool {
+        matches!(&self.message, Message::Request { method, .. } if method == "subscriptions/listen")
+            && self.era == Era::Stateless
     }
 
     /// The key of a request (its id as JSON text), to cancel it in flight.
@@ -289,10 +298,7 @@ fn presented_session(gw: &Gateway, inbound: &Inbound<'_>) -> Result<Option<Sessi
 }
 
 fn parse(body: &[u8]) -> Result<Message, Refusal> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::new(&RpcError::Parse(e.to_string()), &Value::Null))?;
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    Message::parse(value).map_err(|e| Refusal::new(&e, &id))
+    Message::from_slice(body).map_err(|(e, id)| Refusal::new(&e, &id))
 }
 
 /// Parses one message and decides its era. On stdio, a SEP-1391 `tools/call` is
@@ -384,15 +390,29 @@ async fn dispatch_unbounded(
                 let mut opened = None;
                 let stateless = era == Era::Stateless;
                 let outcome = match &era {
+                    // The dialects' futures are boxed: each is several KiB, and
+                    // unboxed they would make every future around them as large,
+                    // copied whole each time one is moved (per request).
+                    Era::Stateless if method == "subscriptions/listen" => {
+                        Box::pin(dialect::tasks_extension::listen(
+                            gw,
+                            caller,
+                            inbound.headers,
+                            out.as_ref(),
+                            &id,
+                            &params,
+                        ))
+                        .await
+                    }
                     Era::Stateless => {
-                        dialect::tasks_extension::handle(
+                        Box::pin(dialect::tasks_extension::handle(
                             gw,
                             caller,
                             inbound.headers,
                             out.as_ref(),
                             &method,
                             &params,
-                        )
+                        ))
                         .await
                     }
                     Era::Session(_) if method == "initialize" => {
@@ -401,8 +421,15 @@ async fn dispatch_unbounded(
                         Ok(result)
                     }
                     Era::Session(session) => {
-                        dialect::in_session(gw, caller, session, out.as_ref(), &method, &params)
-                            .await
+                        Box::pin(dialect::in_session(
+                            gw,
+                            caller,
+                            session,
+                            out.as_ref(),
+                            &method,
+                            &params,
+                        ))
+                        .await
                     }
                 };
                 gw.metrics.request(

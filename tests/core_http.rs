@@ -295,7 +295,9 @@ async fn hybrid_tool_without_the_extension_answers_synchronously() {
 #[tokio::test]
 async fn restart_loses_nothing() {
     let setup = Setup::new();
-    let mut first = Server::start(&setup).await;
+    // Each server has its own HOME, working directory and TMPDIR: the spool
+    // is all they share.
+    let mut first = Server::start_isolated(&setup).await;
     let client = first.client();
     let task_id = client
         .start_task("work", json!({ "label": "survivor", "seconds": 20 }))
@@ -312,7 +314,7 @@ async fn restart_loses_nothing() {
     first.kill(); // SIGKILL
     assert!(common::alive(pid), "the run outlives its server");
 
-    let second = Server::start(&setup).await;
+    let second = Server::start_isolated(&setup).await;
     let client = second.client();
     let after = client.get(&task_id).await;
     common::assert_detailed_task(&after, &task_id);
@@ -349,8 +351,9 @@ async fn restart_loses_nothing() {
 #[tokio::test]
 async fn two_replicas_with_the_same_keys_serve_one_client() {
     let setup = Setup::new();
-    let a = Server::start(&setup).await;
-    let b = Server::start(&setup).await;
+    // Own HOME, working directory and TMPDIR each; the spool is shared.
+    let a = Server::start_isolated(&setup).await;
+    let b = Server::start_isolated(&setup).await;
     let (on_a, on_b) = (a.client(), b.client());
 
     // Started on A, followed to the end on B.

@@ -570,7 +570,14 @@ async fn d2_input_required_on_the_result_stream() {
     let (status, content_type, mut stream) =
         c.open_stream("tasks/result", json!({ "taskId": id })).await;
     assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
-    let request = stream.next(LIMIT).await.expect("elicitation");
+    // The task's status comes first (notifications/tasks/status), then the question.
+    let request = loop {
+        let m = stream.next(LIMIT).await.expect("elicitation");
+        if m["method"] != "notifications/tasks/status" {
+            break m;
+        }
+        assert_eq!(m["params"]["status"], "input_required", "{m}");
+    };
     assert_eq!(request["method"], "elicitation/create", "{request}");
     assert_eq!(request["params"]["mode"], "form");
     assert_eq!(request["params"]["message"], "Approve d2?");

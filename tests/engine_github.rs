@@ -375,7 +375,8 @@ async fn rate_limits_are_retryable_errors_and_raise_the_poll_interval() {
 async fn a_server_restart_between_start_and_result_loses_nothing() {
     let d = Double::start().await;
     let s = setup(&d, "");
-    let mut first = s.server().await;
+    // Own HOME, working directory and TMPDIR each: nothing but the double is shared.
+    let mut first = s.isolated_server().await;
     let c = first.client();
     let task = c.start_task("deploy", json!({"version": "7"})).await;
     assert_eq!(status(&c, &task).await["status"], "working");
@@ -383,7 +384,7 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
 
     let id = only_run(&d);
     d.set_run(id, "in_progress", None);
-    let second = Server::start(&s).await;
+    let second = Server::start_isolated(&s).await;
     let c = c.at(&second.url());
     assert_eq!(
         status(&c, &task).await["statusMessage"],

@@ -594,13 +594,14 @@ async fn a_server_restart_between_start_and_result_loses_nothing() {
         "job",
         &format!("template_file = {}", toml_string(&file)),
     ));
-    let mut first = s.server().await;
+    // Own HOME, working directory and TMPDIR each.
+    let mut first = s.isolated_server().await;
     let m = first.client();
     let task = m.start_task("job", json!({})).await;
     assert_eq!(m.get(&task).await["status"], "working");
     first.kill();
 
-    let second = s.server().await;
+    let second = s.isolated_server().await;
     let m = m.at(&second.url());
     let done = m.until_status(&task, "completed", LIMIT).await;
     assert_eq!(
@@ -750,5 +751,144 @@ async fn tasks_2025_result_blocks_until_the_job_is_done() {
     );
     let status = l.request("tasks/get", json!({"taskId": task})).await;
     assert_eq!(status.result()["status"], "completed");
+    c.done().await;
+}
+
+/// Open WATCH requests on Jobs in the apiserver (all scopes), from its `/metrics`.
+async fn job_watches(admin: &kube::Client) -> u64 {
+    let request = axum::http::Request::get("/metrics")
+        .body(Vec::new())
+        .unwrap();
+    let text = admin
+        .request_text(request)
+        .await
+        .expect("apiserver /metrics");
+    common::metric_sum(
+        &text,
+        "apiserver_longrunning_requests",
+        &[("resource", "jobs"), ("verb", "WATCH")],
+    )
+}
+
+/// Opens `subscriptions/listen` for `task` on `server`.
+async fn listen(server: &common::Server, id: &str, task: &str) -> common::SseReader {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+        "params": { "notifications": { "taskIds": [task] }, "_meta": common::modern_meta(true) } });
+    let response = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", common::MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /mcp");
+    common::SseReader::new(response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_notifies_a_job_completion_and_leaves_no_watch_open() {
+    let Some(c) = Cluster::new("listen").await else {
+        return;
+    };
+    let long = c.template_file(
+        "long.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "300s"}),
+    );
+    let short = c.template_file(
+        "short.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "3s", "taskgate.test/termination-message": "{\"pushed\": true}"}),
+    );
+    let s = c.setup(&format!(
+        "{}{}",
+        tool("long", &format!("template_file = {}", toml_string(&long))),
+        tool("short", &format!("template_file = {}", toml_string(&short)))
+    ));
+    let server = s.server().await;
+    let m = server.client();
+
+    // A stream on a Job that keeps running: a watch is open while it is.
+    let baseline = job_watches(&c.admin).await;
+    let running = m.start_task("long", json!({})).await;
+    let mut stream = listen(&server, "long", &running).await;
+    let ack = stream.next(LIMIT).await.expect("ack");
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([running]),
+        "{ack}"
+    );
+    wait_for("taskgate's watch on the Job", LIMIT, || async {
+        let n = job_watches(&c.admin).await;
+        (n > baseline).then_some(()).ok_or_else(|| n.to_string())
+    })
+    .await;
+    drop(stream);
+    wait_for("the stream's slot given back", LIMIT, || async {
+        let text = server.metrics().await;
+        let n = common::metric_sum(&text, "taskgate_waits_in_flight", &[]);
+        (n == 0).then_some(()).ok_or_else(|| n.to_string())
+    })
+    .await;
+    wait_for("no watch of taskgate's left", LIMIT, || async {
+        let n = job_watches(&c.admin).await;
+        (n == baseline).then_some(()).ok_or_else(|| n.to_string())
+    })
+    .await;
+    // A watch taskgate still held would re-open (each lasts at most a poll
+    // interval, 200 ms): five intervals later, still none and no engine call.
+    let calls = server.engine_calls().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(job_watches(&c.admin).await, baseline, "no watch re-opened");
+    assert_eq!(
+        server.engine_calls().await,
+        calls,
+        "no engine call after the stream closed"
+    );
+    m.cancel(&running).await;
+
+    // A stream on a Job that completes: the completion arrives as a notification.
+    let task = m.start_task("short", json!({})).await;
+    let mut stream = listen(&server, "short", &task).await;
+    stream.next(LIMIT).await.expect("ack");
+    let (done, arrived) = loop {
+        let n = stream
+            .next(LIMIT)
+            .await
+            .expect("notifications until the result");
+        assert_eq!(n["method"], "notifications/tasks", "{n}");
+        if n["params"]["status"] == "completed" {
+            break (n, SystemTime::now());
+        }
+    };
+    assert_eq!(
+        done["params"]["result"]["structuredContent"],
+        json!({"pushed": true}),
+        "{done}"
+    );
+    let closing = stream.next(LIMIT).await.expect("the result");
+    assert_eq!(closing["result"]["resultType"], "complete", "{closing}");
+    // How long after the Job's Complete condition the notification arrived
+    // (a number for the notes, not an assertion).
+    let job = c
+        .all_jobs()
+        .await
+        .into_iter()
+        .find(|j| has_condition(j, "Complete"))
+        .expect("the completed Job");
+    let complete_at = job
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Complete"))
+        .and_then(|c| c.last_transition_time)
+        .map(|t| SystemTime::from(t.0))
+        .expect("Complete condition time");
+    println!(
+        "notification latency after the Job's Complete condition: {:?} (condition times have 1 s resolution)",
+        arrived.duration_since(complete_at).unwrap_or_default()
+    );
+    assert!(server.engine_calls().await > calls);
     c.done().await;
 }

@@ -6,7 +6,8 @@
 # Usage: scripts/k8s/cluster-up.sh        -> prints the kubeconfig path on stdout
 # Writes:
 #   $K8S_DIR/kubeconfig    admin kubeconfig (client certs, https://127.0.0.1:<port>)
-#   $K8S_DIR/cluster.env   KUBECONFIG=..., KUBECTL=..., TASKGATE_K8S_BIN=..., TASKGATE_K8S_LOG_FILE=...
+#   $K8S_DIR/cluster.env   KUBECONFIG=..., KUBECTL=..., TASKGATE_K8S_BIN=..., TASKGATE_K8S_LOG_FILE=...,
+#                          TASKGATE_K8S_AUDIT_LOG=... (the API server's audit log, one line a request)
 # where K8S_DIR=${TASKGATE_CACHE:-$HOME/.cache/taskgate}/k8s
 #
 # Idempotent: if the cluster exists, was made from the same config and is healthy
@@ -73,6 +74,21 @@ cat > "$LOG_FILE" <<'EOF'
 2024-01-01T00:00:02.000000000Z stderr F taskgate kwok pod log line 3 (stderr)
 EOF
 
+# The API server's audit policy: one Metadata-level event per request (no
+# bodies), so tests can count the requests the API server received
+# (tests/faults.rs); the log rotates at 100 MB, one old file kept. A change here changes the config hash: the next start
+# recreates the cluster.
+AUDIT_POLICY="$K8S_DIR/audit-policy.yaml"
+cat > "$AUDIT_POLICY.new" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+EOF
+mv "$AUDIT_POLICY.new" "$AUDIT_POLICY"
+AUDIT_LOG="$CLUSTER_DIR/logs/audit.log"
+
 port_line=""
 if [[ -n "${TASKGATE_K8S_APISERVER_PORT:-}" ]]; then
   port_line="  kubeApiserverPort: ${TASKGATE_K8S_APISERVER_PORT}"
@@ -91,6 +107,7 @@ $port_line
   quietPull: true
   cacheDir: $K8S_DIR/kwok-cache
   kubeApiserverBinary: $BIN_DIR/kube-apiserver
+  kubeAuditPolicy: $AUDIT_POLICY
   kubeControllerManagerBinary: $BIN_DIR/kube-controller-manager
   kubeSchedulerBinary: $BIN_DIR/kube-scheduler
   kubectlBinary: $KUBECTL
@@ -107,6 +124,12 @@ $port_line
 # without defaulting, so a partial one zeroes enableDebuggingHandlers (no logs)
 # and nodeLeaseParallelism (kwok exits). Tweak kwok via extraArgs instead.
 componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - key: audit-log-maxsize
+    value: "100"
+  - key: audit-log-maxbackup
+    value: "1"
 - name: kwok-controller
   extraArgs:
   - key: node-ip
@@ -147,6 +170,7 @@ KUBECTL=$KUBECTL
 TASKGATE_K8S_BIN=$BIN_DIR
 TASKGATE_K8S_CLUSTER=$CLUSTER
 TASKGATE_K8S_LOG_FILE=$LOG_FILE
+TASKGATE_K8S_AUDIT_LOG=$AUDIT_LOG
 EOF
   echo "$KUBECONFIG_OUT"
 }

@@ -131,6 +131,18 @@ pub struct ServerConfig {
     pub max_waits: usize,
     /// Most requests of one caller that may wait for runs at once. Default 16.
     pub max_waits_per_caller: usize,
+    /// Longest a `subscriptions/listen` stream stays open (2026-07-28 task
+    /// notifications). It ends earlier when every task it watches is terminal
+    /// or the client closes it; at this bound the server ends it with its
+    /// result, and a client that still wants notifications listens again. Each
+    /// open stream holds a slot of `max_waits` and `max_waits_per_caller`.
+    /// Default `10m`.
+    #[serde(with = "humantime_serde")]
+    pub max_listen: Duration,
+    /// How often an open `subscriptions/listen` stream over HTTP carries a `:`
+    /// keep-alive comment, so proxies do not close a quiet stream. Default `15s`.
+    #[serde(with = "humantime_serde")]
+    pub listen_keep_alive: Duration,
     /// Most engine calls one request may make (a batch counts as one request;
     /// starts, reads, cancels, answers and SEP-1391 lookups count, the paced
     /// re-reads of a request that waits for a run do not: `max_wait` and
@@ -161,6 +173,8 @@ impl Default for ServerConfig {
             max_batch: 32,
             max_waits: 256,
             max_waits_per_caller: 16,
+            max_listen: Duration::from_secs(600),
+            listen_keep_alive: Duration::from_secs(15),
             max_engine_calls: 64,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value};
 use taskgate_engine::{
-    CallMeter, Capabilities, Deadlines, EngineError, InputResponse, Pipeline, RunState,
-    SingleFlight, Snapshot, StartRequest, ToolDecl,
+    CallMeter, Capabilities, Deadlines, EngineError, InputResponse, Pipeline, RetryCancel,
+    RunState, SingleFlight, Snapshot, StartRequest, ToolDecl,
 };
 
 use super::access::{AccessPolicy, Caller, Decision};
@@ -128,6 +128,8 @@ pub struct Gateway {
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
     waits: Arc<WaitSlots>,
+    /// The watches of open listen streams (one per watched run).
+    pub watches: Arc<super::watch::Watches>,
 }
 
 /// A started run: its claims and the sealed handle the client gets.
@@ -203,10 +205,16 @@ impl Gateway {
             // run share one call.
             // Each request's calls count against server.max_engine_calls.
             let pipeline: Arc<dyn Pipeline> = Arc::new(super::budget::Budgeted::new(Arc::new(
-                SingleFlight::new(Arc::new(Deadlines::new(
-                    inner,
+                SingleFlight::new(Arc::new(RetryCancel::new(
+                    // A cancel that met a retryable error is sent again, each
+                    // attempt under its own deadline, for up to one more call
+                    // timeout: a cancel notification has no reply to carry the error.
+                    Arc::new(Deadlines::new(
+                        inner,
+                        cfg.server.call_timeout,
+                        meter.for_tool(&tool.engine, &tool.name),
+                    )),
                     cfg.server.call_timeout,
-                    meter.for_tool(&tool.engine, &tool.name),
                 ))),
             )));
             tools.push(Tool {
@@ -223,6 +231,7 @@ impl Gateway {
                     cfg.server.max_waits,
                     cfg.server.max_waits_per_caller,
                 )),
+                watches: Arc::default(),
                 server: cfg.server,
                 keys,
                 tools,

@@ -14,6 +14,7 @@ pub mod logs;
 pub mod metrics;
 pub mod slots;
 pub mod validate;
+pub mod watch;
 
 pub use access::Caller;
 pub use config::{ConfigFileError, ConfigProblem};

@@ -45,6 +45,8 @@ fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigP
     let deadlines = [
         ("header_read_timeout", server.header_read_timeout),
         ("body_read_timeout", server.body_read_timeout),
+        ("max_listen", server.max_listen),
+        ("listen_keep_alive", server.listen_keep_alive),
     ];
     for (key, value) in deadlines {
         if value.is_zero() {

@@ -387,7 +387,17 @@ async fn ask_and_wait(
 ///
 /// As [`handle`].
 pub async fn cancel(gw: &Gateway, caller: &Caller, token: &str) -> Result<(), RpcError> {
-    let (tool, native) = find(gw, caller, token).await?;
+    // A cancel notification has no reply to carry a retryable error: finding the
+    // run is tried again within one call timeout (the cancel itself is retried by
+    // the pipeline's `RetryCancel` layer).
+    let found = taskgate_engine::retrying(gw.server.call_timeout, || async {
+        match find(gw, caller, token).await {
+            Err(RpcError::Engine(e)) if e.is_retryable() => Err(e),
+            other => Ok(other),
+        }
+    })
+    .await;
+    let (tool, native) = found.map_err(RpcError::Engine)??;
     gw.cancel(caller, Dialect::PlainHandle, tool, &native)
         .await
         .map_err(op_error)?;

@@ -26,6 +26,9 @@ use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 
+mod listen;
+pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
+
 /// What one modern request declared.
 struct Declared {
     tasks: bool,
@@ -152,7 +155,10 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
 }
 
 /// Decodes a header value, including the `=?base64?…?=` form for non-ASCII values.
-fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
+fn header_value<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+) -> Option<Result<std::borrow::Cow<'h, str>, ()>> {
     let raw = headers.get(name)?;
     let Ok(text) = raw.to_str() else {
         return Some(Err(()));
@@ -167,10 +173,11 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
                 .decode(inner)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
+                .map(std::borrow::Cow::Owned)
                 .ok_or(()),
         );
     }
-    Some(Ok(text.to_owned()))
+    Some(Ok(std::borrow::Cow::Borrowed(text)))
 }
 
 fn require_header(headers: &HeaderMap, name: &str, expected: &str) -> Result<(), RpcError> {

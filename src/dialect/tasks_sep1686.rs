@@ -153,9 +153,18 @@ async fn result(
     let deadline = Instant::now() + limit;
     let mut sent = HashSet::new();
     let related = json!({ "taskId": task_id });
+    // The client negotiated tasks: each new status goes to it on this stream
+    // as `notifications/tasks/status` (the `Task`, no related-task).
+    let mut last_status: Option<Value> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let snapshot = gw.wait(tool, &claims.native, left, |_| {}).await?;
+        let snapshot = gw
+            .wait(tool, &claims.native, left, |s| {
+                if let Some(out) = out {
+                    notify_status(out, task_id, claims, tool, s, &mut last_status);
+                }
+            })
+            .await?;
         match &snapshot.state {
             RunState::Completed(output) => {
                 let mut result = call_tool_result(output, Version::V2025_11_25);
@@ -203,4 +212,33 @@ async fn result(
         )
         .await;
     }
+}
+
+/// Sends `notifications/tasks/status` when the task's status or message
+/// differs from the last one sent on this stream (`last`: what was sent,
+/// `Some(Null)` once a first read found the task already terminal).
+fn notify_status(
+    out: &Outbound,
+    task_id: &str,
+    claims: &TaskClaims,
+    tool: &Tool,
+    snapshot: &Snapshot,
+    last: &mut Option<Value>,
+) {
+    // A task already terminal at the first read answers at once: no status first.
+    if last.is_none() && snapshot.state.is_terminal() {
+        *last = Some(Value::Null);
+        return;
+    }
+    let task = task_view(task_id, claims, tool, snapshot);
+    let key = json!([task["status"], task["statusMessage"]]);
+    if last.as_ref() == Some(&key) {
+        return;
+    }
+    *last = Some(key);
+    let _ = out.send(json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/tasks/status",
+        "params": task,
+    }));
 }

@@ -191,10 +191,16 @@ async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response
 }
 
 fn json_response(status: u16, body: &Value) -> Response {
+    // Serialized straight into bytes: `to_string` would go through `Display`
+    // and its formatter, which costs more per tasks/get than the write itself.
+    let mut bytes = Vec::with_capacity(1024);
+    if serde_json::to_writer(&mut bytes, body).is_err() {
+        bytes.clear();
+    }
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+        Bytes::from(bytes),
     )
         .into_response();
     response
@@ -414,6 +420,8 @@ async fn streamed(
     oauth: Option<Arc<Authenticator>>,
 ) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    // A listen stream may stay quiet for long: `:` comments keep it alive.
+    let keep_alive = admitted.is_listen().then_some(gw.server.listen_keep_alive);
     let mut work = Box::pin(async move {
         let inbound = Inbound {
             caller: &caller,
@@ -442,18 +450,32 @@ async fn streamed(
         }
         Some(first) = rx.recv() => first,
     };
+    let ticks = keep_alive.map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
     let stream = futures::stream::unfold(
-        (Some(work), rx, Some(first)),
-        |(work, mut rx, pending)| async move {
+        (Some(work), rx, Some(first), ticks),
+        |(work, mut rx, pending, mut ticks)| async move {
             if let Some(message) = pending {
                 return Some((
                     Ok::<_, std::convert::Infallible>(sse_event(&message)),
-                    (work, rx, None),
+                    (work, rx, None, ticks),
                 ));
             }
             let mut work = work?;
+            let quiet = async {
+                match ticks.as_mut() {
+                    Some(t) => {
+                        t.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
-                Some(message) = rx.recv() => Some((Ok(sse_event(&message)), (Some(work), rx, None))),
+                Some(message) = rx.recv() => Some((Ok(sse_event(&message)), (Some(work), rx, None, ticks))),
+                () = quiet => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (Some(work), rx, None, ticks))),
                 dispatched = &mut work => {
                     let mut tail = Vec::new();
                     while let Ok(m) = rx.try_recv() {
@@ -462,7 +484,7 @@ async fn streamed(
                     if let Some(body) = &dispatched.body {
                         tail.extend_from_slice(&sse_event(body));
                     }
-                    Some((Ok(Bytes::from(tail)), (None, rx, None)))
+                    Some((Ok(Bytes::from(tail)), (None, rx, None, ticks)))
                 }
             }
         },

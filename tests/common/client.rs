@@ -400,8 +400,28 @@ impl Client {
     }
 
     /// `tools/call` that must create a working task; returns its id.
+    /// A start the server answers as retryable (the engine unavailable or
+    /// throttling for a moment: Airflow's SQLite database busy under load) is
+    /// sent again, as a client would, for up to a minute; any other error fails.
     pub async fn start_task(&self, tool: &str, arguments: Value) -> String {
-        let reply = self.call(tool, arguments).await;
+        let reply = super::wait_for(
+            "a start that is not refused as retryable",
+            std::time::Duration::from_secs(60),
+            async || {
+                let reply = self.call(tool, arguments.clone()).await;
+                if reply.status == 200
+                    && reply
+                        .body
+                        .get("error")
+                        .is_some_and(|e| e["data"]["retryable"] == true)
+                {
+                    Err(reply.raw)
+                } else {
+                    Ok(reply)
+                }
+            },
+        )
+        .await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
         let result = reply.result();
         assert_eq!(result["resultType"], "task", "{}", reply.raw);
@@ -444,7 +464,9 @@ impl Client {
         reply.result().clone()
     }
 
-    /// Polls `tasks/get` until `done(result)` holds, at most `limit`.
+    /// Polls `tasks/get` until `done(result)` holds, at most `limit`. An answer
+    /// the server marks retryable (its engine unavailable for a moment) is a
+    /// poll to repeat, as a client would; any other error fails.
     pub async fn poll_until(
         &self,
         task_id: &str,
@@ -452,7 +474,17 @@ impl Client {
         done: impl Fn(&Value) -> bool,
     ) -> Value {
         wait_for("the expected task state", limit, async || {
-            let task = self.get(task_id).await;
+            let reply = self.get_reply(task_id).await;
+            if reply.status == 200
+                && reply
+                    .body
+                    .get("error")
+                    .is_some_and(|e| e["data"]["retryable"] == true)
+            {
+                return Err(reply.raw);
+            }
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            let task = reply.result().clone();
             if done(&task) {
                 Ok(task)
             } else {

@@ -10,6 +10,8 @@
 //!   `initialize` session (2025-06-18, 2025-11-25, SEP-1391); both read JSON
 //!   and SSE answers;
 //! - [`procs`]: the processes a run left behind;
+//! - [`proxy`]: a raw TCP proxy in front of an upstream that the test can
+//!   make refuse or hang, counting what it carries;
 //! - [`wait_for`]: the one polling helper.
 //!
 //! Every wait is a condition polled against a deadline; nothing sleeps and hopes.
@@ -19,6 +21,7 @@
 pub mod client;
 pub mod cluster;
 pub mod procs;
+pub mod proxy;
 pub mod server;
 pub mod setup;
 
@@ -30,7 +33,8 @@ pub use client::{
     names, sse_data, sse_messages, text, tool, Client, Legacy, Reply, SseReader,
 };
 pub use procs::{alive, group_members, recorded_pid};
-pub use server::{free_port, metric_sum, Server, StdioServer};
+pub use proxy::{Mode, TcpProxy};
+pub use server::{free_port, metric_sum, Private, Server, StdioServer};
 pub use setup::{
     core_tools, dialect_tools, more_fields, toml_str, tool_entry, Bearer, Options, Setup, Tool,
     LABEL_SCHEMA, TOOL_NAMES, WORK_SCHEMA,

@@ -29,6 +29,59 @@ pub struct Server {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     stderr: PathBuf,
+    /// Its own HOME, working directory and TMPDIR, when started isolated.
+    private: Option<Private>,
+}
+
+/// The fresh folders of an isolated server: HOME, working directory, TMPDIR.
+pub struct Private {
+    /// The folder holding `home/`, `work/` and `tmp/` (removed on drop).
+    pub root: tempfile::TempDir,
+}
+
+impl Private {
+    fn new() -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("taskgate-replica-")
+            .tempdir()
+            .expect("tempdir");
+        for sub in ["home", "work", "tmp"] {
+            std::fs::create_dir(root.path().join(sub)).unwrap();
+        }
+        Self { root }
+    }
+
+    /// Its HOME.
+    pub fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    /// Its working directory.
+    pub fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    /// Its TMPDIR.
+    pub fn tmp(&self) -> PathBuf {
+        self.root.path().join("tmp")
+    }
+
+    /// Every file under the three folders (what the server left there).
+    pub fn files(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else {
+                    out.push(path);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self.root.path(), &mut out);
+        out
+    }
 }
 
 static SERVERS: AtomicU64 = AtomicU64::new(0);
@@ -45,6 +98,26 @@ impl Server {
         .await
     }
 
+    /// Starts a server on `setup` with its own fresh HOME, working directory
+    /// and TMPDIR (nothing shared with other servers but the config and the
+    /// exec spool the config names), and waits (at most 30 s) until `/healthz`
+    /// answers.
+    pub async fn start_isolated(setup: &Setup) -> Self {
+        Self::spawn_in(
+            setup.dir.path(),
+            &setup.config,
+            &setup.env(),
+            Duration::from_secs(30),
+            true,
+        )
+        .await
+    }
+
+    /// The isolated server's own folders (`None` unless started isolated).
+    pub fn private(&self) -> Option<&Private> {
+        self.private.as_ref()
+    }
+
     /// Starts `taskgate serve --config CONFIG` on a free loopback port, with
     /// `TASKGATE_LOG=info` and then `env`, its stderr in a file under `dir`, and
     /// waits (at most `limit`) until `/healthz` answers; tries three ports.
@@ -54,8 +127,21 @@ impl Server {
         env: &[(String, String)],
         limit: Duration,
     ) -> Self {
+        Self::spawn_in(dir, config, env, limit, false).await
+    }
+
+    /// [`Server::spawn`]; when `isolated`, with fresh HOME, working directory
+    /// and TMPDIR of its own.
+    pub async fn spawn_in(
+        dir: &Path,
+        config: &Path,
+        env: &[(String, String)],
+        limit: Duration,
+        isolated: bool,
+    ) -> Self {
         let mut last = String::new();
         for _attempt in 0..3 {
+            let private = isolated.then(Private::new);
             let port = free_port();
             let n = SERVERS.fetch_add(1, Ordering::Relaxed);
             let stderr = dir.join(format!("server-{n}.stderr"));
@@ -70,12 +156,18 @@ impl Server {
             for (k, v) in env {
                 cmd.env(k, v);
             }
+            if let Some(p) = &private {
+                cmd.env("HOME", p.home())
+                    .env("TMPDIR", p.tmp())
+                    .current_dir(p.work());
+            }
             let child = cmd.spawn().expect("spawn taskgate");
             let mut server = Self {
                 child,
                 port,
                 base: format!("http://127.0.0.1:{port}"),
                 stderr,
+                private,
             };
             match server.wait_healthy(limit).await {
                 Ok(()) => return server,

@@ -44,6 +44,8 @@ pub struct Options {
     pub max_wait: Option<&'static str>,
     /// Extra TOML appended as is (more `[[tools]]`, or a whole engine).
     pub extra: String,
+    /// `server.call_timeout` (default "10s").
+    pub call_timeout: Option<&'static str>,
 }
 
 /// Argument schema with a required `label` and an optional `steps` (for
@@ -224,6 +226,11 @@ impl Setup {
         Self::write(Options::default(), None, body, env)
     }
 
+    /// [`Setup::config`] with `options` (such as a short `call_timeout`).
+    pub fn config_with(options: Options, body: &str, env: &[(&str, &str)]) -> Self {
+        Self::write(options, None, body, env)
+    }
+
     fn write(options: Options, tools: Option<&[Tool]>, body: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("taskgate-it-")
@@ -237,7 +244,8 @@ impl Setup {
         }
         writeln!(
             text,
-            "call_timeout = \"10s\"\nmax_wait = \"{}\"\n",
+            "call_timeout = \"{}\"\nmax_wait = \"{}\"\n",
+            options.call_timeout.unwrap_or("10s"),
             options.max_wait.unwrap_or("30s"),
         )
         .unwrap();
@@ -294,6 +302,12 @@ impl Setup {
     /// Starts a server on this setup.
     pub async fn server(&self) -> Server {
         Server::start(self).await
+    }
+
+    /// Starts a server on this setup with its own fresh HOME, working
+    /// directory and TMPDIR.
+    pub async fn isolated_server(&self) -> Server {
+        Server::start_isolated(self).await
     }
 
     /// A `Command` running `taskgate ARGS` with this setup's environment.

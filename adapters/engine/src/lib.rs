@@ -10,6 +10,7 @@ mod error;
 mod layer;
 mod logs;
 mod pipeline;
+mod retry;
 mod single_flight;
 mod state;
 pub mod testing;
@@ -21,6 +22,7 @@ pub use logs::{
     MAX_LOG_LINES, MAX_PAGE_BYTES,
 };
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
+pub use retry::{retrying, RetryCancel};
 pub use single_flight::SingleFlight;
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,

@@ -67,6 +67,15 @@ impl Spool {
         }
     }
 
+    /// The folder of run `name`, to watch for changes of its files.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] for a name taskgate cannot have produced.
+    pub(crate) fn folder_of(&self, name: &str) -> Result<PathBuf, EngineError> {
+        self.run_dir(name)
+    }
+
     /// Creates the spool folder (private to this user) if needed.
     pub(crate) fn ensure_spool(&self) -> Result<(), EngineError> {
         let staging = self.settings.spool_dir.join(STAGING);
@@ -494,7 +503,21 @@ impl Spool {
     /// Reads everything translation needs from a run folder, and no more: on a
     /// working run, a handful of small files, one `/proc` stat, two folder
     /// stats and one listing of the input folder.
+    ///
+    /// The files are read before the processes are looked up, so a run that
+    /// ends between the two reads as "no exit recorded, nothing alive". The
+    /// supervisor writes `exit.json` before it exits: once it is seen gone,
+    /// a second read finds the record if there will ever be one. Only a run
+    /// that looks lost pays for it.
     pub(crate) fn view(&self, dir: &Path) -> Result<SpoolView, EngineError> {
+        let view = self.view_once(dir)?;
+        if view.looks_lost() {
+            return self.view_once(dir);
+        }
+        Ok(view)
+    }
+
+    fn view_once(&self, dir: &Path) -> Result<SpoolView, EngineError> {
         let meta: Option<Meta> = ours(dir, META)?;
         if meta.is_none() {
             return Ok(SpoolView::default());

@@ -49,8 +49,13 @@ use client::{map_error, Action, Launch, Spool};
 pub const KIND: &str = "exec";
 
 /// How often [`Pipeline::wait_for_change`] looks at the spool folder while a
-/// client request waits (local files only; nothing upstream).
+/// client request waits when file-system notification is not available (local
+/// files only; nothing upstream).
 const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// With file-system notification, the longest a wait goes without reading the
+/// run's files anyway: a change notification cannot be missed for longer.
+const RECHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Builds an exec engine from its `[engines.NAME]` table (without `kind` and
 /// `call_timeout`). Touches no file: the spool folder is created on first use.
@@ -211,9 +216,12 @@ impl Pipeline for ExecPipeline {
         blocking(move || spool.locate(&run_name)).await
     }
 
-    /// Looks at the spool folder every 100 ms until the state differs from
-    /// `last` or `wait` has passed: local files only, and only while a client
-    /// request waits.
+    /// Waits on file-system notification of the run's folder (the `notify`
+    /// crate: inotify on Linux) until the state differs from `last` or `wait`
+    /// has passed, reading the files after each event (and at least every
+    /// [`RECHECK_EVERY`]). Where no watch can be set up (no inotify, its limit
+    /// reached) it looks every 100 ms instead. Local files only, and only while
+    /// a client request waits; the watch ends with the call.
     async fn wait_for_change(
         &self,
         run: &NativeRef,
@@ -221,13 +229,39 @@ impl Pipeline for ExecPipeline {
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
         let deadline = Instant::now() + wait;
+        let folder = self.spool.folder_of(run)?;
+        let (events, watcher) = match watch_folder(&folder) {
+            Ok(pair) => (Some(pair.0), Some(pair.1)),
+            Err(e) => {
+                tracing::debug!(error = %e, "no file-system watch on a run folder; looking every 100 ms");
+                (None, None)
+            }
+        };
+        let mut events = events;
+        // Read once the watch is set: a change just before it is not missed.
+        let mut snapshot = self.read(run).await?;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(WATCH_EVERY.min(left)).await;
-            let snapshot = self.read(run).await?;
-            if snapshot.state != last.state || Instant::now() >= deadline {
+            let now = Instant::now();
+            if snapshot.state != last.state || now >= deadline {
+                drop(watcher);
                 return Ok(snapshot);
             }
+            let left = deadline - now;
+            match events.as_mut() {
+                Some(rx) => {
+                    let pause = left.min(RECHECK_EVERY);
+                    if let Ok(None) = tokio::time::timeout(pause, rx.recv()).await {
+                        // The watcher went away: fall back to looking.
+                        events = None;
+                    }
+                    // Several events of one write come together: take them all.
+                    if let Some(rx) = events.as_mut() {
+                        while rx.try_recv().is_ok() {}
+                    }
+                }
+                None => tokio::time::sleep(WATCH_EVERY.min(left)).await,
+            }
+            snapshot = self.read(run).await?;
         }
     }
 
@@ -279,4 +313,23 @@ async fn blocking<T: Send + 'static>(
             message: "a spool task failed".to_owned(),
             source: Some(Box::new(e)),
         })?
+}
+
+/// A file-system watch of `folder` and everything in it: each event is one
+/// message on the receiver; dropping the watcher ends the watch.
+fn watch_folder(
+    folder: &std::path::Path,
+) -> notify::Result<(
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    notify::RecommendedWatcher,
+)> {
+    use notify::Watcher as _;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.send(());
+        }
+    })?;
+    watcher.watch(folder, notify::RecursiveMode::Recursive)?;
+    Ok((rx, watcher))
 }

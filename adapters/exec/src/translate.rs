@@ -53,6 +53,19 @@ pub(crate) struct SpoolView {
     pub updated_at: Option<SystemTime>,
 }
 
+impl SpoolView {
+    /// Whether the run reads as lost: started, no exit recorded, neither its
+    /// supervisor nor its process alive. Either it was, or it ended while the
+    /// view was being read.
+    pub(crate) fn looks_lost(&self) -> bool {
+        self.meta.is_some()
+            && self.exit.is_none()
+            && (self.child.is_some() || self.supervisor.is_some())
+            && !alive(self.child.as_ref(), self.child_now)
+            && !alive(self.supervisor.as_ref(), self.supervisor_now)
+    }
+}
+
 /// Whether a recorded process is the one still running under its pid: a
 /// different start time means the pid was reused by another process.
 pub(crate) fn alive(record: Option<&ProcRecord>, observed_start: Option<u64>) -> bool {
@@ -466,6 +479,13 @@ mod tests {
             ),
         ];
         for (name, view, expected) in cases {
+            // A view that reads as lost is read once more (the run may have
+            // ended between the file reads and the process lookups).
+            assert_eq!(
+                view.looks_lost(),
+                expected == lost_msg,
+                "case {name}: looks_lost"
+            );
             assert_eq!(state(&view, now), expected, "case {name}");
         }
     }

@@ -134,6 +134,15 @@ pub enum Throttle {
     },
 }
 
+/// An outage: what the double does with every request until [`Double::heal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 502 Bad Gateway (GitHub's proxy answering for a backend that is down).
+    BadGateway,
+    /// The request is accepted and never answered (a hung upstream).
+    Hang,
+}
+
 #[derive(Default)]
 struct State {
     runs: BTreeMap<u64, Value>,
@@ -154,6 +163,8 @@ struct State {
     token_exchanges: u32,
     /// How long every answer is held (a slow upstream).
     latency: std::time::Duration,
+    /// The outage in force, if any.
+    fault: Option<Fault>,
 }
 
 /// The double: a server on 127.0.0.1 and its shared state.
@@ -187,6 +198,9 @@ impl Double {
                     let latency = state.lock().unwrap().latency;
                     if !latency.is_zero() {
                         tokio::time::sleep(latency).await;
+                    }
+                    if let Some(answer) = outage(&state, &method, &uri).await {
+                        return answer;
                     }
                     handle(&state, &method, &uri, &headers, &body)
                 }
@@ -240,6 +254,17 @@ impl Double {
     /// Holds every answer for `latency` from now on (zero: answer at once).
     pub fn slow_down(&self, latency: std::time::Duration) {
         self.with(|s| s.latency = latency);
+    }
+
+    /// Answers every request with `fault` (each still recorded) until
+    /// [`Double::heal`].
+    pub fn fail_with(&self, fault: Fault) {
+        self.with(|s| s.fault = Some(fault));
+    }
+
+    /// Ends the outage: requests are answered again (hung ones included).
+    pub fn heal(&self) {
+        self.with(|s| s.fault = None);
     }
 
     /// Answers the next request with a rate-limit refusal.
@@ -298,6 +323,40 @@ impl Double {
             "the double saw bad requests:\n{}",
             v.join("\n")
         );
+    }
+}
+
+/// The answer of the outage in force (the request is recorded): a 502, or
+/// none until the double is healed. `None` when the request is to be handled.
+async fn outage(state: &Mutex<State>, method: &Method, uri: &Uri) -> Option<Response> {
+    let fault = {
+        let mut s = state.lock().unwrap();
+        let fault = s.fault?;
+        s.seen.push(Seen {
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            query: BTreeMap::new(),
+            body: None,
+        });
+        fault
+    };
+    match fault {
+        Fault::BadGateway => Some(
+            (
+                StatusCode::BAD_GATEWAY,
+                [("content-type", "text/html")],
+                "<html><body><h1>502 Bad Gateway</h1></body></html>",
+            )
+                .into_response(),
+        ),
+        Fault::Hang => {
+            while state.lock().unwrap().fault == Some(Fault::Hang) {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            // Healed: the client has long given up; answer like GitHub's
+            // proxy would for a request it dropped.
+            Some(StatusCode::GATEWAY_TIMEOUT.into_response())
+        }
     }
 }
 

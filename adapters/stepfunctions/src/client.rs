@@ -431,9 +431,11 @@ where
             message: format!("{action}: {}", DisplayErrorContext(&err)),
             source: Some(Box::new(err)),
         },
+        // Clients get what failed; the SDK's chain (addresses, connector
+        // internals) stays in the source, for the server log.
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             EngineError::Unavailable {
-                message: format!("{action}: {}", DisplayErrorContext(&err)),
+                message: format!("{action}: {}", transport_failure(&err)),
                 source: Some(Box::new(err)),
             }
         }
@@ -445,6 +447,17 @@ where
             message: message(),
             source: Some(Box::new(err)),
         },
+    }
+}
+
+/// What a request that got no answer ran into, in a few words.
+fn transport_failure<E>(err: &SdkError<E, HttpResponse>) -> &'static str {
+    match err {
+        SdkError::TimeoutError(_) => "no answer within the client's timeout",
+        SdkError::DispatchFailure(f) if f.is_timeout() => "no answer within the client's timeout",
+        SdkError::DispatchFailure(f) if f.is_io() => "Step Functions could not be reached",
+        SdkError::DispatchFailure(_) => "the request could not be sent",
+        _ => "the answer could not be read",
     }
 }
 

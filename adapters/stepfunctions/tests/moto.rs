@@ -695,4 +695,12 @@ async fn an_unreachable_endpoint_is_unavailable() {
         .unwrap_err();
     assert!(matches!(err, EngineError::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
+    // What clients read is short; the connector's details stay in the source.
+    let EngineError::Unavailable { message, .. } = &err else {
+        unreachable!()
+    };
+    assert_eq!(
+        message,
+        "states:DescribeExecution: Step Functions could not be reached"
+    );
 }

@@ -126,10 +126,10 @@ export function endRuns(spool) {
 }
 
 /** One `[[tools]]` table. `target` is `{ engine, toml }` (see `execTarget`). */
-export function toolToml(name, { mode = 'hybrid', schema = '{ type = "object" }', target, extra = '' }) {
+export function toolToml(name, { mode = 'hybrid', schema = '{ type = "object" }', target, extra = '', pollInterval = '200ms' }) {
   return (
     `[[tools]]\nname = "${name}"\ndescription = "test tool ${name}"\nengine = "${target.engine}"\nmode = "${mode}"\n` +
-    `poll_interval = "200ms"\nkeep_alive = "1h"\ninput_schema = ${schema}\n${extra}target = ${target.toml}\n\n`
+    `poll_interval = "${pollInterval}"\nkeep_alive = "1h"\ninput_schema = ${schema}\n${extra}target = ${target.toml}\n\n`
   );
 }
 

@@ -132,7 +132,25 @@ export async function connectModern(inner, { tasks = true, onInputRequest, endpo
     elicitation: { form: {} },
     ...(tasks ? { extensions: { [TASKS]: {} } } : {}),
   };
-  const { transport, rawDispatch } = coordinated(inner);
+  // Every message the client sends, in order (to prove what it did not send).
+  const sent = [];
+  const recording = new Proxy(inner, {
+    get(target, key) {
+      if (key === 'send') {
+        return (message, ...rest) => {
+          sent.push(message);
+          return target.send(message, ...rest);
+        };
+      }
+      const value = Reflect.get(target, key, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+    set(target, key, value) {
+      target[key] = value;
+      return true;
+    },
+  });
+  const { transport, rawDispatch } = coordinated(recording);
   const client = new Client(CLIENT_INFO, { capabilities, versionNegotiation: { mode: { pin: '2026-07-28' } } });
   client.setRequestHandler('elicitation/create', async (request) => {
     if (!onInputRequest) return { action: 'cancel' };
@@ -153,6 +171,13 @@ export async function connectModern(inner, { tasks = true, onInputRequest, endpo
   return {
     client,
     session,
+    sent,
+    rawDispatch,
+    meta: {
+      'io.modelcontextprotocol/protocolVersion': client.getNegotiatedProtocolVersion(),
+      'io.modelcontextprotocol/clientInfo': CLIENT_INFO,
+      'io.modelcontextprotocol/clientCapabilities': capabilities,
+    },
     close: async () => {
       await session.close();
       await client.close();
