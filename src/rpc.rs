@@ -145,7 +145,9 @@ impl RpcError {
             other @ (CoreError::UnknownTool(_)
             | CoreError::InvalidArguments { .. }
             | CoreError::NotCancellable(_)
-            | CoreError::InvalidAnswer(_)) => Self::InvalidParams(other.to_string()),
+            | CoreError::InvalidAnswer(_)
+            | CoreError::InvalidCursor(_)
+            | CoreError::NoLogs(_)) => Self::InvalidParams(other.to_string()),
         }
     }
 

@@ -335,7 +335,8 @@ async fn tools_list_differs_per_caller_and_refusals_reach_no_engine() {
     let setup = setup(None, None);
     let server = serve(&setup).await;
     let as_ = |who: &str| server.client().with_token(&token_of(who));
-    let defaults = ["ask", "brief", "fail", "sleeper", "work"];
+    // taskgate_logs comes with the long-running tools a caller may use.
+    let defaults = ["ask", "brief", "fail", "sleeper", "taskgate_logs", "work"];
     let with = |extra: &[&str]| {
         let mut v: Vec<String> = defaults
             .iter()
@@ -409,7 +410,13 @@ async fn tools_list_differs_per_caller_and_refusals_reach_no_engine() {
         .poll_until(&task, LONG, |t| t["status"] == "completed")
         .await;
 
-    // `taskgate tools --as` shows the same lists.
+    // `taskgate tools --as` shows the same lists of configured tools (without
+    // taskgate's own taskgate_logs).
+    let with = |extra: &[&str]| {
+        let mut v = with(extra);
+        v.retain(|n| n != "taskgate_logs");
+        v
+    };
     let list = |args: &[&str]| {
         let mut a = vec!["tools", "--config", setup.config.to_str().unwrap()];
         a.extend_from_slice(args);
@@ -619,7 +626,7 @@ async fn stdio_caller_is_local_and_rules_can_name_it() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["alice_only"], "{reply}");
+    assert_eq!(names, vec!["alice_only", "taskgate_logs"], "{reply}");
 }
 
 #[tokio::test]

@@ -54,7 +54,9 @@ async fn long_running_flow_over_stdio() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, common::TOOL_NAMES, "D1 lists every tool");
+    let mut expected = common::TOOL_NAMES.to_vec();
+    expected.push("taskgate_logs");
+    assert_eq!(names, expected, "D1 lists every tool, and taskgate_logs");
     assert_eq!(list["resultType"], "complete");
 
     // A long-running call: a task, an immediate get, then the result.

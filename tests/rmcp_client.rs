@@ -127,7 +127,7 @@ async fn tasks_flow(client: &Client) {
     );
     assert_eq!(
         tool_names(client).await,
-        ["ask", "brief", "fail", "sleeper", "work"]
+        ["ask", "brief", "fail", "sleeper", "taskgate_logs", "work"]
     );
 
     // Long-running call to completion.

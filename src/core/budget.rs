@@ -4,7 +4,7 @@
 //! lives with the request (a task-local scope opened by the front door) and
 //! ends with it; nothing is kept between requests.
 //!
-//! Starts, reads, cancels, answers and lookups count. The reads of a request
+//! Starts, reads, cancels, answers, lookups and log pages count. The reads of a request
 //! that waits for a run ([`exempt`], and every `wait_for_change`) do not: they are paced by the
 //! tool's poll interval and bounded by `max_wait` and `max_waits`. Outside a
 //! scope (`check-config`, tests of the core) nothing is counted.
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskgate_engine::{
-    Capabilities, EngineError, InputResponse, NativeRef, Pipeline, Snapshot, StartRequest,
+    Capabilities, EngineError, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
 };
 
 /// How long a client is told to wait before sending the refused rest.
@@ -136,6 +136,17 @@ impl Pipeline for Budgeted {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         self.inner.check().await
+    }
+
+    /// A page of logs is one engine call.
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        spend()?;
+        self.inner.logs(run, cursor, limit).await
     }
 }
 

@@ -72,6 +72,13 @@ pub enum CoreError {
     /// runs. Nothing reached the engine.
     #[error("Not allowed to act on runs of tool {0}")]
     Forbidden(String),
+    /// A `taskgate_logs` cursor does not open for this caller and run (forged,
+    /// altered, another run's). Nothing reached the engine.
+    #[error("{0}")]
+    InvalidCursor(String),
+    /// The tool's engine keeps no logs taskgate can read.
+    #[error("Tool {0} has no logs taskgate can read: its engine does not keep them")]
+    NoLogs(String),
 }
 
 /// A configured tool, bound to its engine.

@@ -31,6 +31,8 @@ pub enum Purpose {
     Input,
     /// A 2026-07-28 `requestState` (an `input_required` result's resumption).
     RequestState,
+    /// A `taskgate_logs` cursor: where a client's reading of a run's log stands.
+    LogCursor,
 }
 
 impl Purpose {
@@ -43,6 +45,7 @@ impl Purpose {
             Self::Session => "session",
             Self::Input => "input",
             Self::RequestState => "mrtr",
+            Self::LogCursor => "logs",
         }
     }
 }
@@ -385,6 +388,7 @@ mod tests {
             Purpose::Session,
             Purpose::Input,
             Purpose::RequestState,
+            Purpose::LogCursor,
         ];
         for sealed in all {
             let h = k.seal(sealed, "alice", &claims());

@@ -10,6 +10,7 @@ pub mod config;
 pub mod engines;
 pub mod gateway;
 pub mod handle;
+pub mod logs;
 pub mod metrics;
 pub mod slots;
 pub mod validate;

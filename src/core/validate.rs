@@ -310,6 +310,15 @@ fn check_tool(
             "name",
             format!("{:?} must be 1-64 characters of [A-Za-z0-9_.-]", tool.name),
         );
+    } else if tool.name.starts_with("taskgate_") {
+        // taskgate's own companion tools (taskgate_logs, taskgate_task_status, …).
+        problem(
+            "name",
+            format!(
+                "{:?}: names starting with taskgate_ are taskgate's own",
+                tool.name
+            ),
+        );
     } else if !names.insert(tool.name.clone()) {
         problem("name", format!("{:?} is defined twice", tool.name));
     }
@@ -418,6 +427,10 @@ mod tests {
             (
                 "[[tools]]\nname = \"t\"\nengine = \"e\"\naccess = [{ scopes = [\"a\"] }, {}]\n",
                 "tools[0].access[1]: give at least one",
+            ),
+            (
+                "[[tools]]\nname = \"taskgate_logs\"\nengine = \"e\"\n",
+                "tools[0].name: \"taskgate_logs\": names starting with taskgate_ are taskgate's own",
             ),
         ];
         for (extra, want) in table {

@@ -11,8 +11,11 @@
 //! | [`tasks_sep1686`] | 2025-11-25 clients: tasks (SEP-1686) |
 //! | [`operations`] | legacy clients that opt in to SEP-1391 operations |
 //! | [`plain`] | legacy clients with neither: each tool's `legacy` policy |
+//!
+//! `taskgate_logs` ([`logs`]) is offered to every generation alike.
 
 pub mod input;
+pub mod logs;
 pub mod operations;
 pub mod outcome;
 pub mod plain;
@@ -96,7 +99,14 @@ fn list_tools(gw: &Gateway, caller: &Caller, session: &Session) -> Value {
             tool_entry(t, version, extra)
         })
         .collect();
-    tools.extend(plain::companion_entries(gw, session));
+    let companions = plain::companion_entries(gw, session);
+    // taskgate_logs goes to clients that can hold a task: tasks, operations,
+    // or the handles of the `handles` policy.
+    let holds_tasks = session.tasks() || session.operations || !companions.is_empty();
+    tools.extend(companions);
+    if holds_tasks && logs::listed(gw, caller) {
+        tools.push(logs::entry(version));
+    }
     json!({ "tools": tools })
 }
 
@@ -113,6 +123,9 @@ async fn call_tool(
         .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
     if let Some(result) = plain::companion(gw, caller, session, name, params).await? {
         return Ok(result);
+    }
+    if name == logs::TOOL && logs::listed(gw, caller) {
+        return session_logs(gw, caller, session, params).await;
     }
     let dialect = if session.tasks() {
         Dialect::TasksSep1686
@@ -155,6 +168,25 @@ async fn call_tool(
         }
     }
     plain::call(gw, caller, session, out, tool, args, params).await
+}
+
+/// `taskgate_logs` in a legacy session: the argument is a task id or handle
+/// (any dialect's), or, for a SEP-1391 session, an operation token.
+async fn session_logs(
+    gw: &Gateway,
+    caller: &Caller,
+    session: &Session,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let args = logs::args(params)?;
+    let (tool, native) = match gw.open_for_logs(caller, &args.task) {
+        Ok((claims, tool)) => (tool, claims.native),
+        Err(CoreError::NotFound) if session.operations => {
+            operations::find(gw, caller, &args.task).await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    logs::page(gw, caller, session.version(), tool, &native, &args).await
 }
 
 /// The SEP-1391 operation token a `tools/call` names (`params.operation.token`).

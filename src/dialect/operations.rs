@@ -204,7 +204,11 @@ async fn locate<'g>(
 }
 
 /// Finds the run of `token`; "Operation not found" when there is none.
-async fn find<'g>(
+///
+/// # Errors
+///
+/// "Operation not found" (-32602); engine errors.
+pub async fn find<'g>(
     gw: &'g Gateway,
     caller: &Caller,
     token: &str,

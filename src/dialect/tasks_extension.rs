@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
+use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
 use super::wire::{
@@ -59,7 +60,7 @@ pub async fn handle(
     }
     match method {
         "server/discover" => Ok(discover()),
-        "tools/list" => Ok(list_tools(gw, caller)),
+        "tools/list" => Ok(list_tools(gw, caller, declared.tasks)),
         "tools/call" => call_tool(gw, caller, out, params, &declared).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declared.tasks {
@@ -302,12 +303,15 @@ fn discover() -> Value {
     })
 }
 
-fn list_tools(gw: &Gateway, caller: &Caller) -> Value {
+/// The tools `caller` may use; `taskgate_logs` too when the request declared
+/// the tasks extension (a client without it never holds a task).
+fn list_tools(gw: &Gateway, caller: &Caller, tasks: bool) -> Value {
     let tools: Vec<Value> = gw
         .tools()
         .iter()
         .filter(|t| gw.visible_to(caller, t))
         .map(|t| tool_entry(t, Version::V2026_07_28, None))
+        .chain((tasks && logs::listed(gw, caller)).then(|| logs::entry(Version::V2026_07_28)))
         .collect();
     // With access rules the list depends on the caller: no shared cache.
     let scope = if gw.access.is_uniform() {
@@ -329,6 +333,21 @@ async fn call_tool(
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
+    if name == logs::TOOL && logs::listed(gw, caller) {
+        let args = logs::args(params)?;
+        let (claims, tool) = gw.open_for_logs(caller, &args.task)?;
+        let mut result = logs::page(
+            gw,
+            caller,
+            Version::V2026_07_28,
+            tool,
+            &claims.native,
+            &args,
+        )
+        .await?;
+        result["resultType"] = json!("complete");
+        return Ok(result);
+    }
     let tool = gw.tool_for(caller, name, Dialect::TasksExtension)?;
     let args = gw.check_arguments(tool, params.get("arguments"))?;
     let as_task = declared.tasks && tool.is_long_running();

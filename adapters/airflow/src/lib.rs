@@ -278,6 +278,7 @@ impl Pipeline for AirflowPipeline {
             input: true,
             idempotent_start: true,
             locate: true,
+            logs: false,
             max_retention: None,
         }
     }

@@ -15,6 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::error::EngineError;
+use crate::logs::LogPage;
 use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
 use crate::state::{InputResponse, Snapshot};
 
@@ -25,7 +26,7 @@ const CALL_BUCKETS: [f64; 11] = [
 ];
 
 /// The operations of a [`Pipeline`], as metrics label values.
-const OPERATIONS: [&str; 7] = [
+const OPERATIONS: [&str; 8] = [
     "start",
     "read",
     "cancel",
@@ -33,6 +34,7 @@ const OPERATIONS: [&str; 7] = [
     "locate",
     "wait_for_change",
     "check",
+    "logs",
 ];
 
 /// The labels of one engine call series. Engine and tool names come from the
@@ -271,6 +273,21 @@ impl Pipeline for Deadlines {
         self.run(6, "check", self.deadline, self.inner.check())
             .await
     }
+
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        self.run(
+            7,
+            "logs",
+            self.deadline,
+            self.inner.logs(run, cursor, limit),
+        )
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -349,6 +366,10 @@ mod tests {
             EngineError::Unsupported {
                 operation: "locate"
             }
+        ));
+        assert!(matches!(
+            p.logs(&"r".to_owned(), None, 10).await.unwrap_err(),
+            EngineError::Unsupported { operation: "logs" }
         ));
     }
 }

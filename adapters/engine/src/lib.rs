@@ -8,6 +8,7 @@
 
 mod error;
 mod layer;
+mod logs;
 mod pipeline;
 mod retry;
 mod single_flight;
@@ -16,6 +17,10 @@ pub mod testing;
 
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};
+pub use logs::{
+    log_limit, LogLine, LogPage, DEFAULT_LOG_LINES, MAX_CURSOR_BYTES, MAX_LINE_BYTES,
+    MAX_LOG_LINES, MAX_PAGE_BYTES,
+};
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
 pub use retry::{retrying, RetryCancel};
 pub use single_flight::SingleFlight;

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{ConfigError, EngineError};
+use crate::logs::LogPage;
 use crate::state::{InputResponse, Snapshot};
 
 /// An opaque reference to a native run: an execution ARN, a Job name, a run id,
@@ -111,6 +112,8 @@ pub struct Capabilities {
     pub idempotent_start: bool,
     /// [`Pipeline::locate`] works: a run can be found again from its run name alone.
     pub locate: bool,
+    /// [`Pipeline::logs`] works: a run's output can be read while it runs.
+    pub logs: bool,
     /// The longest the engine keeps a finished run, when it has a fixed limit
     /// (Step Functions keeps Standard executions 90 days).
     pub max_retention: Option<Duration>,
@@ -215,6 +218,27 @@ pub trait Pipeline: Send + Sync + 'static {
         let _ = last;
         tokio::time::sleep(wait).await;
         self.read(run).await
+    }
+
+    /// Reads up to `limit` lines of what the run printed, from `cursor` (a
+    /// cursor an earlier page returned; `None` from the start of what the
+    /// engine keeps). One short conversation: an engine reads at most
+    /// [`crate::MAX_PAGE_BYTES`] upstream for a page and returns the lines it
+    /// has, with the cursor to go on from.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unsupported`] by default; [`EngineError::InvalidInput`]
+    /// for a cursor this engine did not make; [`EngineError::NotFound`]; any
+    /// other [`EngineError`].
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let _ = (run, cursor, limit);
+        Err(EngineError::unsupported("logs"))
     }
 
     /// Checks the binding against the engine (used by `taskgate check-config`):

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use async_trait::async_trait;
 
 use crate::error::EngineError;
+use crate::logs::LogPage;
 use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
 use crate::state::{InputResponse, Snapshot};
 
@@ -117,6 +118,15 @@ impl Pipeline for RetryCancel {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         self.inner.check().await
+    }
+
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        self.inner.logs(run, cursor, limit).await
     }
 }
 

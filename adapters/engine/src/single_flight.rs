@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use crate::error::EngineError;
+use crate::logs::LogPage;
 use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
 use crate::state::{InputResponse, Snapshot};
 
@@ -154,6 +155,16 @@ impl Pipeline for SingleFlight {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         self.inner.check().await
+    }
+
+    /// Not single-flighted: each client reads from its own cursor.
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        self.inner.logs(run, cursor, limit).await
     }
 }
 

@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use taskgate_engine::{
-    spec_hash, EngineError, InputRequest, InputResponse, NativeRef, RunState, Snapshot,
+    spec_hash, EngineError, InputRequest, InputResponse, LogLine, LogPage, NativeRef, RunState,
+    Snapshot, MAX_PAGE_BYTES,
 };
 
 use crate::config::{Settings, ToolTarget};
@@ -25,7 +26,7 @@ use crate::layout::{
     STDOUT_TAIL, SUPERVISOR,
 };
 use crate::proc;
-use crate::translate::{self, translate, SpoolView, Translation};
+use crate::translate::{self, split_lines, translate, LogCursor, SpoolView, Translation};
 
 /// Where new run folders are assembled before they are renamed into place.
 const STAGING: &str = ".staging";
@@ -448,6 +449,57 @@ impl Spool {
         }
     }
 
+    /// Reads up to `limit` lines of the run's output from `cursor`: standard
+    /// output first, then standard error (each in order; the two are not
+    /// interleaved, the spool keeps no times). At most [`MAX_PAGE_BYTES`] are
+    /// read, half from each stream.
+    pub(crate) fn logs(
+        &self,
+        name: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let mut at = cursor
+            .map(LogCursor::parse)
+            .transpose()?
+            .unwrap_or_default();
+        let dir = self.run_dir(name)?;
+        if ours::<Meta>(&dir, META)?.is_none() {
+            return Err(EngineError::NotFound);
+        }
+        // Looked at before the tails: once the exit is recorded the tails are
+        // final, so what is read after it is everything.
+        let ended = dir.join(EXIT).exists();
+        let mut lines = Vec::new();
+        let mut complete = ended;
+        for (file, source) in [(STDOUT_TAIL, "stdout"), (STDERR_TAIL, "stderr")] {
+            let offset = match source {
+                "stdout" => &mut at.stdout,
+                _ => &mut at.stderr,
+            };
+            let left = limit.saturating_sub(lines.len());
+            let read = read_stream(&dir.join(file), *offset, MAX_PAGE_BYTES / 2)?;
+            if read.start > *offset {
+                let lost = read.start - *offset;
+                lines.push(LogLine::note(&format!(
+                    "{lost} bytes of {source} are no longer kept (the engine's tail_bytes)"
+                )));
+                *offset = read.start;
+            }
+            let full = read.chunk.len() >= MAX_PAGE_BYTES / 2;
+            let (mut taken, used) =
+                split_lines(&read.chunk, source, left, ended && read.to_end, full);
+            lines.append(&mut taken);
+            *offset += used as u64;
+            complete &= read.to_end && used == read.chunk.len();
+        }
+        Ok(LogPage {
+            lines,
+            cursor: at.encode(),
+            complete,
+        })
+    }
+
     /// Reads everything translation needs from a run folder, and no more: on a
     /// working run, a handful of small files, one `/proc` stat, two folder
     /// stats and one listing of the input folder.
@@ -512,8 +564,12 @@ impl Spool {
                 Err(e) if e.kind() == ErrorKind::NotFound => None,
                 Err(e) => Some(Err(e.to_string())),
             };
-            view.stdout_tail = layout::read_small(&dir.join(STDOUT_TAIL)).unwrap_or_default();
-            view.stderr_tail = layout::read_small(&dir.join(STDERR_TAIL)).unwrap_or_default();
+            let body = |name| {
+                let bytes = layout::read_small(&dir.join(name)).unwrap_or_default();
+                layout::tail_body(&bytes).to_vec()
+            };
+            view.stdout_tail = body(STDOUT_TAIL);
+            view.stderr_tail = body(STDERR_TAIL);
         }
         view.exit = exit;
         Ok(view)
@@ -543,6 +599,68 @@ pub(crate) struct SpoolSize {
     pub bytes: u64,
     /// When the oldest run was created.
     pub oldest: Option<SystemTime>,
+}
+
+/// What one read of a tail file found.
+#[derive(Debug, Default)]
+struct StreamRead {
+    /// The stream offset of the first byte the file keeps.
+    start: u64,
+    /// The bytes from the cursor (or from `start`, if the cursor is older).
+    chunk: Vec<u8>,
+    /// True when `chunk` reaches the end of the file.
+    to_end: bool,
+}
+
+/// Reads at most `max` bytes of a tail file from stream offset `from`: its
+/// header, one seek, one read. A missing file is an empty stream.
+fn read_stream(path: &Path, from: u64, max: usize) -> Result<StreamRead, EngineError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let fail = |e| map_error(Action::Spool("cannot read the run's output"), e);
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if from > 0 {
+                return Err(beyond());
+            }
+            return Ok(StreamRead {
+                to_end: true,
+                ..StreamRead::default()
+            });
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    let size = file.metadata().map_err(fail)?.len();
+    let mut head = Vec::with_capacity(layout::MAX_TAIL_HEADER + 8);
+    (&mut file)
+        .take(layout::MAX_TAIL_HEADER as u64 + 8)
+        .read_to_end(&mut head)
+        .map_err(fail)?;
+    let (start, header) = layout::tail_header(&head);
+    let kept = size - header as u64;
+    let from = from.max(start);
+    if from > start + kept {
+        return Err(beyond());
+    }
+    file.seek(SeekFrom::Start(header as u64 + (from - start)))
+        .map_err(fail)?;
+    let mut chunk = Vec::with_capacity(max.min(64 * 1024));
+    file.take(max as u64)
+        .read_to_end(&mut chunk)
+        .map_err(fail)?;
+    let to_end = from + chunk.len() as u64 >= start + kept;
+    Ok(StreamRead {
+        start,
+        chunk,
+        to_end,
+    })
+}
+
+/// A cursor past the end of what the run printed: not one of this run's.
+fn beyond() -> EngineError {
+    EngineError::InvalidInput {
+        message: "the log cursor is beyond this run's output".to_owned(),
+    }
 }
 
 /// Bytes of the files under `dir` (not following links).

@@ -9,8 +9,10 @@
 //!   command.json      argv, environment and working folder for the supervisor
 //!   supervisor.json   the supervisor's pid and start time (it is alive)
 //!   pid.json          the process's pid and start time (it was spawned)
-//!   stdout.tail       the last `tail_bytes` bytes of standard output
-//!   stderr.tail       the last `tail_bytes` bytes of standard error
+//!   stdout.tail       the last `tail_bytes` bytes of standard output, after a
+//!                     header line `tg-tail <offset>` (the stream offset of the
+//!                     first byte kept)
+//!   stderr.tail       the same of standard error
 //!   exit.json         exit code or signal, or why the process could not start
 //!   cancelled         marker written by cancel (its mtime is the cancel time)
 //!   status.json       written by the process (TASKGATE_STATUS_FILE)
@@ -43,6 +45,46 @@ pub(crate) const RESULT: &str = "result.json";
 pub(crate) const INPUT_DIR: &str = "input";
 pub(crate) const REQUEST_SUFFIX: &str = ".request.json";
 pub(crate) const RESPONSE_SUFFIX: &str = ".response.json";
+
+/// How a tail file starts: this, the stream offset of its first byte kept in
+/// decimal, and a newline.
+const TAIL_HEADER: &[u8] = b"tg-tail ";
+/// The longest header line a tail file may have.
+pub(crate) const MAX_TAIL_HEADER: usize = 32;
+
+/// A tail file's bytes: the header naming `start`, then `kept`.
+pub(crate) fn tail_record(start: u64, kept: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(kept.len() + MAX_TAIL_HEADER);
+    bytes.extend_from_slice(TAIL_HEADER);
+    bytes.extend_from_slice(start.to_string().as_bytes());
+    bytes.push(b'\n');
+    bytes.extend_from_slice(kept);
+    bytes
+}
+
+/// Splits the start of a tail file into the stream offset of its first byte
+/// kept and the length of its header. A file without a header (written by an
+/// older supervisor) starts at offset 0 with no header.
+pub(crate) fn tail_header(bytes: &[u8]) -> (u64, usize) {
+    let Some(rest) = bytes.strip_prefix(TAIL_HEADER) else {
+        return (0, 0);
+    };
+    let Some(end) = rest.iter().take(MAX_TAIL_HEADER).position(|b| *b == b'\n') else {
+        return (0, 0);
+    };
+    match std::str::from_utf8(&rest[..end])
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        Some(start) => (start, TAIL_HEADER.len() + end + 1),
+        None => (0, 0),
+    }
+}
+
+/// The output a tail file keeps, without its header.
+pub(crate) fn tail_body(bytes: &[u8]) -> &[u8] {
+    &bytes[tail_header(bytes).1..]
+}
 
 /// What start records about a run before anything is launched.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +266,23 @@ mod tests {
         assert!(valid_input_key("approve_1-x"));
         assert!(!valid_input_key("a.b"));
         assert!(!valid_input_key(""));
+    }
+
+    #[test]
+    fn tail_headers() {
+        let cases: [(&[u8], u64, &[u8]); 5] = [
+            (b"tg-tail 0\nhello", 0, b"hello"),
+            (b"tg-tail 123456\n", 123_456, b""),
+            (b"plain output", 0, b"plain output"),
+            (b"tg-tail x\nrest", 0, b"tg-tail x\nrest"),
+            (b"tg-tail 12", 0, b"tg-tail 12"),
+        ];
+        for (file, start, body) in cases {
+            assert_eq!(tail_header(file).0, start, "{file:?}");
+            assert_eq!(tail_body(file), body, "{file:?}");
+        }
+        let record = tail_record(u64::MAX, b"x");
+        assert_eq!(tail_header(&record), (u64::MAX, record.len() - 1));
     }
 
     #[test]

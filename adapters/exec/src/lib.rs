@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskgate_engine::{
-    async_trait, Capabilities, ConfigError, Engine, EngineError, InputResponse, NativeRef,
+    async_trait, Capabilities, ConfigError, Engine, EngineError, InputResponse, LogPage, NativeRef,
     Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
@@ -165,6 +165,7 @@ impl Pipeline for ExecPipeline {
             input: true,
             idempotent_start: true,
             locate: true,
+            logs: true,
             max_retention: None,
         }
     }
@@ -262,6 +263,17 @@ impl Pipeline for ExecPipeline {
             }
             snapshot = self.read(run).await?;
         }
+    }
+
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let spool = self.spool.clone();
+        let (run, cursor) = (run.clone(), cursor.map(str::to_owned));
+        blocking(move || spool.logs(&run, cursor.as_deref(), limit)).await
     }
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {

@@ -204,6 +204,12 @@ fn supervise(dir: &Path) -> Result<(), String> {
                 return record_exit(dir, spawn_error("wait failed"))
             }
         }
+        // Output that came before a quiet spell is on disk within a second.
+        for tail in &tails {
+            tail.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .flush_if_due();
+        }
         if terminated_at.is_none() && dir.join(CANCELLED).exists() {
             let _ = proc::signal_group(pid, Some(Signal::SIGTERM));
             terminated_at = Some(Instant::now());
@@ -280,6 +286,8 @@ struct Tail {
     name: &'static str,
     limit: usize,
     bytes: Vec<u8>,
+    /// Bytes of the stream dropped from the front of `bytes` so far.
+    dropped: u64,
     dirty: bool,
     flushed_at: Instant,
     closed: bool,
@@ -292,6 +300,7 @@ impl Tail {
             name,
             limit,
             bytes: Vec::new(),
+            dropped: 0,
             dirty: true,
             flushed_at: Instant::now(),
             closed: false,
@@ -307,9 +316,14 @@ impl Tail {
         if self.bytes.len() > self.limit.saturating_mul(2) {
             let cut = self.bytes.len() - self.limit;
             self.bytes.drain(..cut);
+            self.dropped += cut as u64;
         }
         self.dirty = true;
-        if self.flushed_at.elapsed() >= FLUSH_EVERY {
+        self.flush_if_due();
+    }
+
+    fn flush_if_due(&mut self) {
+        if self.dirty && !self.closed && self.flushed_at.elapsed() >= FLUSH_EVERY {
             self.flush();
         }
     }
@@ -317,7 +331,8 @@ impl Tail {
     fn flush(&mut self) {
         if self.dirty {
             let start = self.bytes.len().saturating_sub(self.limit);
-            let _ = layout::write_atomic(&self.dir, self.name, &self.bytes[start..]);
+            let record = layout::tail_record(self.dropped + start as u64, &self.bytes[start..]);
+            let _ = layout::write_atomic(&self.dir, self.name, &record);
             self.dirty = false;
         }
         self.flushed_at = Instant::now();
@@ -343,8 +358,10 @@ mod tests {
             assert!(tail.bytes.len() <= 20 + 5);
         }
         tail.close();
-        assert_eq!(std::fs::read(dir.path().join("t")).unwrap(), b"0099800999");
+        // 5000 bytes in all: the last 10 start at offset 4990.
+        let kept = b"tg-tail 4990\n0099800999";
+        assert_eq!(std::fs::read(dir.path().join("t")).unwrap(), kept);
         tail.push(b"late");
-        assert_eq!(std::fs::read(dir.path().join("t")).unwrap(), b"0099800999");
+        assert_eq!(std::fs::read(dir.path().join("t")).unwrap(), kept);
     }
 }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use taskgate_engine::{Content, InputRequest, Progress, RunState, Snapshot, ToolOutput};
+use taskgate_engine::{
+    Content, EngineError, InputRequest, LogLine, Progress, RunState, Snapshot, ToolOutput,
+};
 
 use crate::layout::{from_ms, ExitRecord, Meta, ProcRecord, StatusFile};
 
@@ -214,6 +216,68 @@ fn output(view: &SpoolView, exit: &ExitRecord) -> ToolOutput {
 
 /// A tail as text: a tail may start in the middle of a UTF-8 sequence, whose
 /// leftover continuation bytes are dropped; other invalid bytes become U+FFFD.
+/// Where a log read goes on from: the byte offset reached in each stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct LogCursor {
+    /// Bytes of standard output read.
+    pub stdout: u64,
+    /// Bytes of standard error read.
+    pub stderr: u64,
+}
+
+impl LogCursor {
+    /// Reads `o<stdout>.e<stderr>`, as [`LogCursor::encode`] writes it.
+    pub(crate) fn parse(text: &str) -> Result<Self, EngineError> {
+        let bad = || EngineError::InvalidInput {
+            message: "the log cursor is not one this engine made".to_owned(),
+        };
+        let (out, err) = text.split_once(".e").ok_or_else(bad)?;
+        let out = out.strip_prefix('o').ok_or_else(bad)?;
+        let number = |n: &str| {
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            n.parse::<u64>().map_err(|_| bad())
+        };
+        Ok(Self {
+            stdout: number(out)?,
+            stderr: number(err)?,
+        })
+    }
+
+    /// The cursor as text.
+    pub(crate) fn encode(self) -> String {
+        format!("o{}.e{}", self.stdout, self.stderr)
+    }
+}
+
+/// Splits `chunk` (output read from a stream) into at most `limit` lines from
+/// `source`. Only whole lines are taken, unless `at_end` (the stream is closed
+/// and `chunk` reaches its end: the last line may lack its newline) or the
+/// chunk is `full` without any newline (a line longer than a read, taken cut).
+/// Returns the lines and how many bytes of `chunk` they used.
+pub(crate) fn split_lines(
+    chunk: &[u8],
+    source: &str,
+    limit: usize,
+    at_end: bool,
+    full: bool,
+) -> (Vec<LogLine>, usize) {
+    let mut lines = Vec::new();
+    let mut used = 0;
+    while lines.len() < limit && used < chunk.len() {
+        let rest = &chunk[used..];
+        let (line, step) = match rest.iter().position(|b| *b == b'\n') {
+            Some(end) => (&rest[..end], end + 1),
+            None if at_end || (full && used == 0) => (rest, rest.len()),
+            None => break,
+        };
+        lines.push(LogLine::new(source, &String::from_utf8_lossy(line)));
+        used += step;
+    }
+    (lines, used)
+}
+
 pub(crate) fn tail_text(tail: &[u8]) -> String {
     let skip = tail
         .iter()
@@ -226,6 +290,59 @@ pub(crate) fn tail_text(tail: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_becomes_whole_lines() {
+        // (chunk, limit, at_end, full) → (texts, bytes used)
+        type Case<'a> = (&'a [u8], usize, bool, bool, &'a [&'a str], usize);
+        let cases: [Case; 7] = [
+            (b"a\nb\n", 10, false, false, &["a", "b"], 4),
+            (b"a\nhalf", 10, false, false, &["a"], 2),
+            (b"a\nhalf", 10, true, false, &["a", "half"], 6),
+            (b"a\nb\nc\n", 2, false, false, &["a", "b"], 4),
+            (b"crlf\r\n\n", 10, false, false, &["crlf", ""], 7),
+            (
+                b"no newline at all",
+                10,
+                false,
+                true,
+                &["no newline at all"],
+                17,
+            ),
+            (b"\xff\xfe\n", 10, false, false, &["\u{fffd}\u{fffd}"], 3),
+        ];
+        for (chunk, limit, at_end, full, texts, used) in cases {
+            let (lines, n) = split_lines(chunk, "stdout", limit, at_end, full);
+            let got: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+            assert_eq!((got.as_slice(), n), (texts, used), "{chunk:?}");
+            assert!(lines.iter().all(|l| l.source == "stdout"));
+        }
+    }
+
+    #[test]
+    fn log_cursors_round_trip_and_refuse_the_rest() {
+        let c = LogCursor {
+            stdout: 12,
+            stderr: u64::MAX,
+        };
+        assert_eq!(LogCursor::parse(&c.encode()).unwrap(), c);
+        for bad in [
+            "",
+            "o1",
+            "o.e1",
+            "o1.e",
+            "o-1.e2",
+            "x1.e2",
+            "o1.e2.e3",
+            "o99999999999999999999.e0",
+            "o+1.e0",
+        ] {
+            assert!(
+                matches!(LogCursor::parse(bad), Err(EngineError::InvalidInput { .. })),
+                "{bad}"
+            );
+        }
+    }
     use serde_json::json;
 
     const T0: u64 = 1_700_000_000_000;

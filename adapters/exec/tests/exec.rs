@@ -195,8 +195,11 @@ async fn output_tails_are_bounded() {
     assert!(!is_error);
     assert_eq!(text.len(), 1000);
     assert!(text.ends_with("aaaEND"), "{}", &text[990..]);
-    let on_disk = std::fs::metadata(run_dir(spool.path(), &run).join("stdout.tail")).unwrap();
-    assert_eq!(on_disk.len(), 1000);
+    let on_disk = std::fs::read(run_dir(spool.path(), &run).join("stdout.tail")).unwrap();
+    // The header line names the stream offset of the first byte kept.
+    let header = on_disk.iter().position(|b| *b == b'\n').unwrap() + 1;
+    assert!(on_disk.starts_with(b"tg-tail "), "{:?}", &on_disk[..header]);
+    assert_eq!(on_disk.len() - header, 1000);
 }
 
 #[tokio::test]

@@ -416,6 +416,7 @@ impl Pipeline for GithubPipeline {
             // A run can be found by its name only when every dispatch carries the
             // correlation input.
             locate: self.target.correlate == config::Correlate::Always,
+            logs: false,
             max_retention: None,
         }
     }

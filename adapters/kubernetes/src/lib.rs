@@ -224,6 +224,7 @@ impl Pipeline for KubernetesPipeline {
             input: self.bound.approval.is_some(),
             idempotent_start: true,
             locate: true,
+            logs: false,
             max_retention: None,
         }
     }

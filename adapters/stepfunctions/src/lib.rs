@@ -124,6 +124,7 @@ impl Pipeline for StepFunctionsPipeline {
             input: self.target.human_step.is_some(),
             idempotent_start: true,
             locate: true,
+            logs: false,
             max_retention: Some(RETENTION),
         }
     }

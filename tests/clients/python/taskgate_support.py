@@ -38,6 +38,8 @@ KEY_SECRET = "python-client-test-key-0123456789abcdef"
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 TOOL_NAMES = ["work", "fail", "ask", "sleeper", "brief"]
+# What a client that can hold tasks lists: the tools, then taskgate_logs.
+LISTED_WITH_TASKS = [*TOOL_NAMES, "taskgate_logs"]
 
 
 def taskgate_bin() -> str:

@@ -15,9 +15,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from taskgate_support import (
+    LISTED_WITH_TASKS,
     MODERN,
     TASKS,
-    TOOL_NAMES,
     CreateTaskResult,
     Setup,
     TasksExtension,
@@ -35,7 +35,7 @@ async def test_discover_lists_every_tool(connect) -> None:
         assert client.protocol_version == MODERN
         assert TASKS in (client.server_capabilities.extensions or {})
         tools = await client.list_tools()
-        assert [t.name for t in tools.tools] == TOOL_NAMES
+        assert [t.name for t in tools.tools] == LISTED_WITH_TASKS
 
 
 async def test_long_running_tool_completes_as_a_task(connect, setup: Setup) -> None:
@@ -144,7 +144,7 @@ async def test_legacy_handshake(connect) -> None:
         assert client.protocol_version == "2025-11-25"
         tools = await client.list_tools()
         listed = {t.name: t.model_dump(by_alias=True, exclude_none=True) for t in tools.tools}
-        assert sorted(listed) == sorted(TOOL_NAMES)
+        assert sorted(listed) == sorted(LISTED_WITH_TASKS)
         support = {name: (t.get("execution") or {}).get("taskSupport") for name, t in listed.items()}
         assert support["ask"] == support["sleeper"] == "required", support
         assert support["work"] == "optional", support

@@ -78,7 +78,7 @@ describe('MCP Inspector 2.12 CLIs', { timeout: 300_000 }, () => {
         assert.deepEqual(info.capabilities?.extensions?.['io.modelcontextprotocol/tasks'], {});
         assert.equal(info.serverInfo?.name, 'taskgate');
         const { tools } = ok(await mcpdo(setup, at, 'tools/list'));
-        assert.deepEqual(tools.map((x) => x.name).sort(), ['ask', 'sleeper', 'slow']);
+        assert.deepEqual(tools.map((x) => x.name).sort(), ['ask', 'sleeper', 'slow', 'taskgate_logs']);
       });
 
       test('tools/call --task: a long-running call completes', async () => {

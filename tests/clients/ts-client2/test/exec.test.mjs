@@ -76,7 +76,7 @@ function flows(transportName, makeTransport) {
         assert.equal(c.session.capabilities.cancellation, true);
         assert.equal(c.session.capabilities.inputResponses, true);
         const { tools } = await c.client.listTools();
-        assert.deepEqual(tools.map((t) => t.name).sort(), ['ask', 'ask_first', 'fail', 'sleeper', 'work']);
+        assert.deepEqual(tools.map((t) => t.name).sort(), ['ask', 'ask_first', 'fail', 'sleeper', 'taskgate_logs', 'work']);
       } finally {
         await c.close();
       }
