@@ -872,3 +872,102 @@ async fn a_poll_reads_the_history_only_when_it_needs_it() {
 // The idle proof counted at the upstream (after a read, while another task's
 // tasks/result waits) is `stepfunctions_idle_task_gets_no_upstream_request_while_another_waits`
 // in tests/faults.rs.
+
+/// One `taskgate_logs` page: its lines (source, text), cursor and completeness.
+fn logs_page(reply: &common::Reply) -> (Vec<(String, String)>, String, bool) {
+    assert!(reply.is_ok(), "{}", reply.raw);
+    let s = &reply.result()["structuredContent"];
+    let lines = s["lines"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no lines: {}", reply.raw))
+        .iter()
+        .map(|l| {
+            (
+                l["source"].as_str().unwrap().to_owned(),
+                l["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    (
+        lines,
+        s["cursor"].as_str().unwrap().to_owned(),
+        s["complete"].as_bool().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_events_are_read_as_logs_each_once_in_order() {
+    let Some(url) = moto() else { return };
+    let arn = state_machine(&url, "logs", pass_wait_succeed(2)).await;
+    let s = setup(&url, &arn, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c
+        .start_task("analyze", json!({"dataset": "do-not-log-me"}))
+        .await;
+
+    // While the execution waits, the first page already has its start.
+    let first = logs_page(&c.call("taskgate_logs", json!({"taskId": task})).await);
+    assert!(!first.2, "complete while the Wait state runs: {first:?}");
+    assert_eq!(
+        first.0.first().map(|l| l.0.as_str()),
+        Some("ExecutionStarted"),
+        "{first:?}"
+    );
+
+    // Two lines a page, following the cursor, until the history is complete.
+    let mut lines = first.0.clone();
+    let mut cursor = first.1.clone();
+    wait_for("the whole history", LIMIT, async || {
+        let (page, next, complete) = logs_page(
+            &c.call(
+                "taskgate_logs",
+                json!({"taskId": task, "cursor": cursor, "limit": 2}),
+            )
+            .await,
+        );
+        assert!(page.len() <= 2, "{page:?}");
+        lines.extend(page);
+        cursor = next;
+        if complete {
+            Ok(())
+        } else {
+            Err(format!("{lines:?}"))
+        }
+    })
+    .await;
+
+    let sources: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
+    assert_eq!(sources.first(), Some(&"ExecutionStarted"), "{lines:?}");
+    assert_eq!(sources.last(), Some(&"ExecutionSucceeded"), "{lines:?}");
+    assert_eq!(
+        sources.iter().filter(|s| **s == "ExecutionStarted").count(),
+        1,
+        "each event once: {lines:?}"
+    );
+    for state in ["Prepare", "Pause", "Done"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.1.ends_with(&format!("state {state}"))),
+            "state {state} entered: {lines:?}"
+        );
+    }
+    // Timestamps never go back: the events come oldest first, each once.
+    let times: Vec<&str> = lines.iter().map(|l| &l.1[..24]).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    let mut unique = lines.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), lines.len(), "a line read twice: {lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.1.contains("do-not-log-me")),
+        "the arguments are not in the log: {lines:?}"
+    );
+
+    // From the last cursor: nothing more, and complete.
+    let last = logs_page(
+        &c.call("taskgate_logs", json!({"taskId": task, "cursor": cursor}))
+            .await,
+    );
+    assert!(last.0.is_empty() && last.2, "{last:?}");
+}

@@ -16,7 +16,7 @@ use taskgate_engine::EngineError;
 
 use crate::config::EngineSettings;
 use crate::translate::{
-    Execution, HistoryEvent, HistoryPage, StateDetails, TaskScheduled, TaskToken,
+    Execution, HistoryEvent, HistoryPage, LogEvent, StateDetails, TaskScheduled, TaskToken,
 };
 
 /// How long to wait for a TCP/TLS connection to Step Functions.
@@ -30,6 +30,8 @@ pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(25);
 pub const MAX_ATTEMPTS: u32 = 2;
 /// How many history events a read looks at (one page, newest first).
 pub(crate) const HISTORY_PAGE: i32 = 20;
+/// How many history events a log read asks for per page (the API's maximum).
+pub(crate) const LOG_HISTORY_PAGE: i32 = 1000;
 
 /// Extra wiring for the SDK client: a custom HTTP client or interceptors (used by
 /// tests to inject faults, and available to embedders).
@@ -209,6 +211,32 @@ impl SfnClient {
         })
     }
 
+    /// One page of GetExecutionHistory, oldest events first and without their
+    /// input and output, for a log read: the events and the next page's token.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn history_forward(
+        &self,
+        arn: &str,
+        token: Option<String>,
+    ) -> Result<(Vec<LogEvent>, Option<String>), EngineError> {
+        let out = self
+            .inner
+            .get_execution_history()
+            .execution_arn(arn)
+            .reverse_order(false)
+            .max_results(LOG_HISTORY_PAGE)
+            .include_execution_data(false)
+            .set_next_token(token)
+            .send()
+            .await
+            .map_err(|e| map_error("states:GetExecutionHistory", e))?;
+        let events = out.events().iter().map(log_event).collect();
+        Ok((events, out.next_token().map(str::to_owned)))
+    }
+
     /// StopExecution.
     ///
     /// # Errors
@@ -302,6 +330,69 @@ impl SfnClient {
             .await
             .map_err(|e| map_error("states:ListStateMachines", e))?;
         Ok(out.state_machines().len())
+    }
+}
+
+/// The parts of an event a log line shows (see [`LogEvent`]).
+fn log_event(e: &aws_sdk_sfn::types::HistoryEvent) -> LogEvent {
+    let state = e
+        .state_entered_event_details()
+        .map(|d| d.name().to_owned())
+        .or_else(|| e.state_exited_event_details().map(|d| d.name().to_owned()));
+    let resource = e
+        .task_scheduled_event_details()
+        .map(|d| format!("{}:{}", d.resource_type(), d.resource()));
+    // Failures, aborts and time-outs of executions and tasks: error and cause.
+    let failure = e
+        .execution_failed_event_details()
+        .map(|d| (d.error(), d.cause()))
+        .or_else(|| {
+            e.execution_aborted_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.execution_timed_out_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.task_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.task_timed_out_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.task_start_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.task_submit_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.activity_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.lambda_function_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        })
+        .or_else(|| {
+            e.map_run_failed_event_details()
+                .map(|d| (d.error(), d.cause()))
+        });
+    let (error, cause) = failure.map_or((None, None), |(error, cause)| {
+        (error.map(str::to_owned), cause.map(str::to_owned))
+    });
+    LogEvent {
+        id: e.id(),
+        timestamp: secs(e.timestamp()),
+        kind: e.r#type().as_str().to_owned(),
+        state,
+        resource,
+        error,
+        cause,
     }
 }
 

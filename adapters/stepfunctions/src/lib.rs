@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 use taskgate_engine::{
     async_trait, Capabilities, ConfigError, Engine, EngineError, InputAction, InputResponse,
-    NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use client::{ClientOptions, MAX_ATTEMPTS};
@@ -26,8 +26,15 @@ pub use translate::DECLINED_ERROR;
 use client::{SfnClient, Started};
 use config::StateMachineArn;
 use translate::{
-    execution_input, find_token, parse_request_key, pending_human_task, same_input, snapshot,
+    ends_execution, execution_input, find_token, log_page, parse_log_cursor, parse_request_key,
+    pending_human_task, same_input, snapshot,
 };
+
+/// The most history pages one log read goes through: 25 pages of 1,000 events
+/// reach Step Functions' limit of 25,000 events per execution. A read starts at
+/// the first page (the API's page tokens are longer than a cursor may be) and
+/// skips the events the cursor has passed.
+const MAX_LOG_PAGES: usize = 25;
 
 /// The engine kind written in `[engines.NAME]`.
 pub const KIND: &str = "stepfunctions";
@@ -124,7 +131,7 @@ impl Pipeline for StepFunctionsPipeline {
             input: self.target.human_step.is_some(),
             idempotent_start: true,
             locate: true,
-            logs: false,
+            logs: true,
             max_retention: Some(RETENTION),
         }
     }
@@ -172,6 +179,38 @@ impl Pipeline for StepFunctionsPipeline {
                 }
             }
         }
+    }
+
+    /// The execution's history events as lines (type, time, state, error and
+    /// cause; never input or output), from the event after the cursor's.
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let arn = self.own(run)?;
+        let after = parse_log_cursor(cursor)?;
+        let mut events = Vec::new();
+        let mut fresh = 0;
+        let mut token = None;
+        let mut history_end = false;
+        for _ in 0..MAX_LOG_PAGES {
+            let (page, next) = self.client.history_forward(arn, token.take()).await?;
+            fresh += page.iter().filter(|e| e.id > after).count();
+            events.extend(page);
+            match next {
+                None => {
+                    history_end = true;
+                    break;
+                }
+                // Enough new lines for the page: the rest waits for the next read.
+                Some(_) if fresh >= limit => break,
+                Some(next) => token = Some(next),
+            }
+        }
+        history_end |= events.last().is_some_and(|e| ends_execution(&e.kind));
+        Ok(log_page(&events, after, limit, history_end))
     }
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {

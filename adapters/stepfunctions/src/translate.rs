@@ -10,7 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use taskgate_engine::{Content, InputRequest, RunState, Snapshot, ToolOutput};
+use taskgate_engine::{
+    Content, EngineError, InputRequest, LogLine, LogPage, RunState, Snapshot, ToolOutput,
+    MAX_CURSOR_BYTES,
+};
 
 use crate::config::HumanStep;
 
@@ -484,9 +487,231 @@ fn failure_output(what: &str, error: Option<&str>, cause: Option<&str>) -> ToolO
     }
 }
 
+/// One history event as a log line shows it: its id, time, type, and the few
+/// details that say what happened. Never its input, output or parameters
+/// (they carry the tool's arguments and task tokens).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LogEvent {
+    /// The event id (ascending over the execution's life).
+    pub id: i64,
+    /// When it happened (seconds since the epoch).
+    pub timestamp: f64,
+    /// The event type, such as `TaskStateEntered`.
+    pub kind: String,
+    /// The state entered or exited.
+    pub state: Option<String>,
+    /// The resource of a scheduled task, such as `sendMessage.waitForTaskToken`.
+    pub resource: Option<String>,
+    /// The error of a failed, aborted or timed-out event.
+    pub error: Option<String>,
+    /// Its cause.
+    pub cause: Option<String>,
+}
+
+/// Event types that end an execution: nothing follows them.
+pub(crate) fn ends_execution(kind: &str) -> bool {
+    matches!(
+        kind,
+        "ExecutionSucceeded" | "ExecutionFailed" | "ExecutionAborted" | "ExecutionTimedOut"
+    )
+}
+
+/// The line of one event: source = its type; text = its time (RFC 3339, UTC)
+/// and what happened.
+pub(crate) fn log_line(event: &LogEvent) -> LogLine {
+    let at = UNIX_EPOCH + Duration::from_secs_f64(event.timestamp.max(0.0));
+    let mut text = humantime::format_rfc3339_millis(at).to_string();
+    let mut say = |part: String| {
+        text.push(' ');
+        text.push_str(&part);
+    };
+    if let Some(state) = &event.state {
+        say(format!("state {state}"));
+    }
+    if let Some(resource) = &event.resource {
+        say(format!("resource {resource}"));
+    }
+    match (&event.error, &event.cause) {
+        (Some(e), Some(c)) if !c.is_empty() => say(format!("error {e}: {c}")),
+        (Some(e), _) => say(format!("error {e}")),
+        (None, Some(c)) if !c.is_empty() => say(format!("cause {c}")),
+        _ => {}
+    }
+    LogLine::new(event.kind.clone(), &text)
+}
+
+/// The id of the last event a client has read, from the engine cursor (the
+/// decimal event id); `0` without a cursor.
+///
+/// # Errors
+///
+/// [`EngineError::InvalidInput`] for anything else.
+pub(crate) fn parse_log_cursor(cursor: Option<&str>) -> Result<i64, EngineError> {
+    let Some(cursor) = cursor else { return Ok(0) };
+    cursor
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id >= 0 && cursor.len() <= MAX_CURSOR_BYTES)
+        .ok_or_else(|| EngineError::InvalidInput {
+            message: "the log cursor is not one this engine made".to_owned(),
+        })
+}
+
+/// A page from the events read past the cursor (`after`), oldest first: at
+/// most `limit` lines, the cursor at the last one returned. Complete when the
+/// history was read to its end, it ends the execution, and every event fits.
+pub(crate) fn log_page(
+    events: &[LogEvent],
+    after: i64,
+    limit: usize,
+    history_end: bool,
+) -> LogPage {
+    let fresh: Vec<&LogEvent> = events.iter().filter(|e| e.id > after).collect();
+    let shown = &fresh[..fresh.len().min(limit)];
+    let last = shown.last().map_or(after, |e| e.id);
+    let ended = history_end && events.last().is_some_and(|e| ends_execution(&e.kind));
+    LogPage {
+        lines: shown.iter().map(|e| log_line(e)).collect(),
+        cursor: last.to_string(),
+        complete: ended && shown.len() == fresh.len(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ev(id: i64, kind: &str) -> LogEvent {
+        LogEvent {
+            id,
+            timestamp: 1_764_800_000.25 + id as f64,
+            kind: kind.to_owned(),
+            ..LogEvent::default()
+        }
+    }
+
+    #[test]
+    fn history_events_become_lines_without_payloads() {
+        let mut entered = ev(2, "PassStateEntered");
+        entered.state = Some("Prepare".into());
+        let mut scheduled = ev(3, "TaskScheduled");
+        scheduled.resource = Some("sendMessage.waitForTaskToken".into());
+        let mut failed = ev(4, "ExecutionFailed");
+        failed.error = Some("Boom".into());
+        failed.cause = Some("it broke".into());
+        let mut bare_error = ev(5, "TaskTimedOut");
+        bare_error.error = Some("States.Timeout".into());
+        let cases = [
+            (
+                ev(1, "ExecutionStarted"),
+                "ExecutionStarted",
+                "2025-12-03T22:13:21.250Z",
+            ),
+            (
+                entered,
+                "PassStateEntered",
+                "2025-12-03T22:13:22.250Z state Prepare",
+            ),
+            (
+                scheduled,
+                "TaskScheduled",
+                "2025-12-03T22:13:23.250Z resource sendMessage.waitForTaskToken",
+            ),
+            (
+                failed,
+                "ExecutionFailed",
+                "2025-12-03T22:13:24.250Z error Boom: it broke",
+            ),
+            (
+                bare_error,
+                "TaskTimedOut",
+                "2025-12-03T22:13:25.250Z error States.Timeout",
+            ),
+        ];
+        for (event, source, text) in cases {
+            let line = log_line(&event);
+            assert_eq!((line.source.as_str(), line.text.as_str()), (source, text));
+        }
+    }
+
+    #[test]
+    fn log_pages_follow_the_event_ids() {
+        let running = [ev(1, "ExecutionStarted"), ev(2, "WaitStateEntered")];
+        let ended = [
+            ev(1, "ExecutionStarted"),
+            ev(2, "WaitStateEntered"),
+            ev(3, "WaitStateExited"),
+            ev(4, "ExecutionSucceeded"),
+        ];
+        // (events, after, limit, history read to its end) → (sources, cursor, complete)
+        let cases: [(&[LogEvent], i64, usize, bool, &[&str], &str, bool); 6] = [
+            (
+                &running,
+                0,
+                10,
+                true,
+                &["ExecutionStarted", "WaitStateEntered"],
+                "2",
+                false,
+            ),
+            (&running, 2, 10, true, &[], "2", false),
+            (
+                &ended,
+                2,
+                10,
+                true,
+                &["WaitStateExited", "ExecutionSucceeded"],
+                "4",
+                true,
+            ),
+            (
+                &ended,
+                0,
+                2,
+                true,
+                &["ExecutionStarted", "WaitStateEntered"],
+                "2",
+                false,
+            ),
+            (&ended, 4, 10, true, &[], "4", true),
+            (
+                &ended,
+                0,
+                10,
+                false,
+                &[
+                    "ExecutionStarted",
+                    "WaitStateEntered",
+                    "WaitStateExited",
+                    "ExecutionSucceeded",
+                ],
+                "4",
+                false,
+            ),
+        ];
+        for (events, after, limit, end, sources, cursor, complete) in cases {
+            let page = log_page(events, after, limit, end);
+            let got: Vec<&str> = page.lines.iter().map(|l| l.source.as_str()).collect();
+            assert_eq!(got, sources, "after {after} limit {limit}");
+            assert_eq!(page.cursor, cursor, "after {after} limit {limit}");
+            assert_eq!(page.complete, complete, "after {after} limit {limit}");
+        }
+    }
+
+    #[test]
+    fn log_cursors_are_event_ids() {
+        assert_eq!(parse_log_cursor(None).unwrap(), 0);
+        assert_eq!(parse_log_cursor(Some("17")).unwrap(), 17);
+        for bad in ["", "-1", "x", "1.5", "9999999999999999999999"] {
+            assert!(
+                matches!(
+                    parse_log_cursor(Some(bad)),
+                    Err(EngineError::InvalidInput { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
     use serde_json::json;
 
     fn fixture<T: serde::de::DeserializeOwned>(name: &str) -> T {
