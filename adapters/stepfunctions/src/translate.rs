@@ -644,7 +644,16 @@ mod tests {
             ev(4, "ExecutionSucceeded"),
         ];
         // (events, after, limit, history read to its end) → (sources, cursor, complete)
-        let cases: [(&[LogEvent], i64, usize, bool, &[&str], &str, bool); 6] = [
+        type Case<'a> = (
+            &'a [LogEvent],
+            i64,
+            usize,
+            bool,
+            &'a [&'a str],
+            &'a str,
+            bool,
+        );
+        let cases: [Case; 6] = [
             (
                 &running,
                 0,
