@@ -210,8 +210,16 @@ fn json_response(status: u16, body: &Value) -> Response {
 }
 
 /// A request refused before its body is read.
+///
+/// The unread body is left behind, so the connection is closed after the
+/// response; `Connection: close` says so, and a client sends its next request
+/// (the metadata fetch after a 401) on a new connection instead of racing
+/// the close on this one.
 fn refused(error: &RpcError) -> Response {
     let mut response = json_response(error.http_status(true), &error.refusal());
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     if matches!(error, RpcError::Unauthorized) {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,

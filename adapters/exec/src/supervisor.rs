@@ -301,7 +301,9 @@ impl Tail {
             limit,
             bytes: Vec::new(),
             dropped: 0,
-            dirty: true,
+            // Nothing to write until the process prints: a quiet run's folder
+            // stays untouched (a missing tail reads as empty).
+            dirty: false,
             flushed_at: Instant::now(),
             closed: false,
         }
