@@ -971,3 +971,30 @@ async fn history_events_are_read_as_logs_each_once_in_order() {
     );
     assert!(last.0.is_empty() && last.2, "{last:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_execution_logs_its_error_and_cause() {
+    let Some(url) = moto() else { return };
+    let arn = state_machine(
+        &url,
+        "logsfail",
+        json!({"StartAt": "Check", "States": {
+            "Check": {"Type": "Fail", "Error": "Dataset.Missing", "Cause": "no dataset named d1"}}}),
+    )
+    .await;
+    let s = setup(&url, &arn, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("analyze", json!({"dataset": "d1"})).await;
+    c.until_status(&task, "completed", LIMIT).await;
+    // The run has ended: one page holds the whole history, and says so.
+    let (lines, _, complete) = logs_page(&c.call("taskgate_logs", json!({"taskId": task})).await);
+    assert!(complete, "{lines:?}");
+    let last = lines.last().expect("lines");
+    assert_eq!(last.0, "ExecutionFailed", "{lines:?}");
+    assert!(
+        last.1
+            .ends_with(" error Dataset.Missing: no dataset named d1"),
+        "{lines:?}"
+    );
+}
