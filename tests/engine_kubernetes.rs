@@ -892,3 +892,125 @@ async fn listen_notifies_a_job_completion_and_leaves_no_watch_open() {
     assert!(server.engine_calls().await > calls);
     c.done().await;
 }
+
+/// `taskgate_logs` on a running Job: a kwok `Logs` object (cluster-up.sh
+/// enables that CRD) points the pod's container log at a file of this test;
+/// the test appends a line to it every ~300 ms while the Job runs and follows
+/// the cursor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_running_job_line_by_line() {
+    let Some(c) = Cluster::new("logs").await else {
+        return;
+    };
+    let file = c.template_file(
+        "report.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "4s"}),
+    );
+    let s = c.setup(&tool(
+        "report",
+        &format!("template_file = {}", toml_string(&file)),
+    ));
+    let server = s.server().await;
+    let client = server.client();
+    let task = client.start_task("report", json!({})).await;
+    let job = c.only_job().await;
+    let name = job.metadata.name.clone().unwrap();
+    let marker = format!("appended {name} ");
+    let log_file = c.dir.path().join("pod.log");
+    std::fs::write(&log_file, "").unwrap();
+    let pod_name = wait_for("the Job's pod", LIMIT, || async {
+        let items = c
+            .pods()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        items
+            .first()
+            .and_then(|p| p.metadata.name.clone())
+            .ok_or_else(|| "no pod yet".to_owned())
+    })
+    .await;
+    let logs_kind = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kwok.x-k8s.io", "v1alpha1", "Logs"),
+        "logs",
+    );
+    let logs_api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.admin.clone(), &c.ns, &logs_kind);
+    let mut own_log = kube::api::DynamicObject::new(&pod_name, &logs_kind);
+    own_log.data = json!({"spec": {"logs": [{"containers": ["main"], "logsFile": log_file, "follow": false}]}});
+    logs_api
+        .create(&PostParams::default(), &own_log)
+        .await
+        .expect("create a kwok Logs object");
+    let jobs = c.jobs();
+    let pods = c.pods();
+    let appender = tokio::spawn(async move {
+        use std::io::Write;
+        let mut n = 0u32;
+        loop {
+            // A container writes no more once it has terminated: stop then
+            // (kwok marks the pod's container terminated before the Job's
+            // Complete condition).
+            let pods = pods.list(&ListParams::default()).await.unwrap().items;
+            let terminated = pods.iter().any(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+                    })
+            });
+            if terminated || has_condition(&jobs.get(&name).await.unwrap(), "Complete") {
+                return n;
+            }
+            n += 1;
+            let stamp = k8s_openapi::jiff::Timestamp::now();
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log_file)
+                .unwrap();
+            writeln!(f, "{stamp:?} stdout F appended {name} {n}").unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let mut cursor: Option<String> = None;
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut complete = false;
+    let deadline = Instant::now() + LIMIT;
+    while !(complete && appender.is_finished()) {
+        assert!(Instant::now() < deadline, "no complete page; seen {seen:?}");
+        let mut args = json!({"taskId": task});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let reply = client.call("taskgate_logs", args).await;
+        assert!(reply.is_ok(), "{}", reply.raw);
+        let page = &reply.result()["structuredContent"];
+        for l in page["lines"].as_array().unwrap() {
+            seen.push((
+                l["source"].as_str().unwrap().to_owned(),
+                l["text"].as_str().unwrap().to_owned(),
+            ));
+        }
+        cursor = Some(page["cursor"].as_str().unwrap().to_owned());
+        complete = page["complete"].as_bool().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let appended = appender.await.unwrap();
+    assert!(appended >= 3, "the Job ran for {appended} appends only");
+    let pods = c.pods().list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(pods.len(), 1);
+    let source = format!("{}/main", pods[0].metadata.name.as_deref().unwrap());
+    let texts: Vec<&str> = seen
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .filter(|t| t.starts_with(&marker))
+        .collect();
+    let want: Vec<String> = (1..=appended).map(|n| format!("{marker}{n}")).collect();
+    assert_eq!(texts, want, "every appended line once, in order");
+    assert!(seen.iter().all(|(s, _)| *s == source), "{seen:?}");
+    c.done().await;
+}

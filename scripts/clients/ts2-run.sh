@@ -3,7 +3,8 @@
 # against the built binary (TASKGATE_BIN, default target/debug/taskgate),
 # installing the packages first if needed (scripts/clients/ts2-setup.sh).
 # The Step Functions tests need TASKGATE_MOTO_URL (scripts/moto/up.sh); without
-# it they skip, or fail when TASKGATE_REQUIRE_E2E=1.
+# it they skip, or fail when TASKGATE_REQUIRE_E2E=1; the Kubernetes test likewise needs
+# TASKGATE_KUBECONFIG (scripts/k8s/cluster-up.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 "$repo/scripts/clients/ts2-setup.sh" >/dev/null

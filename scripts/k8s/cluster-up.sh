@@ -152,7 +152,10 @@ EOF
 } > "$CONFIG.new"
 mv "$CONFIG.new" "$CONFIG"
 
-CONFIG_HASH="$( { cat "$CONFIG"; cat "$BIN_DIR/.stamp"; } | sha256sum | cut -c1-16)"
+# kwok CRDs served by the API server: a test points one pod's container log at a
+# file of its own with a `Logs` object (the ClusterLogs above serves every other pod).
+KWOK_CRDS=Logs
+CONFIG_HASH="$( { cat "$CONFIG"; cat "$BIN_DIR/.stamp"; echo "crds=$KWOK_CRDS"; } | sha256sum | cut -c1-16)"
 
 kc() { "$KUBECTL" --kubeconfig "$CLUSTER_DIR/kubeconfig.yaml" --request-timeout=5s "$@"; }
 
@@ -197,6 +200,7 @@ if ! detached env "${no_download_env[@]}" "$KWOKCTL" create cluster \
       --name "$CLUSTER" \
       --runtime binary \
       --config "$CONFIG" \
+      --enable-crds "$KWOK_CRDS" \
       --kubeconfig "" \
       --timeout 5m >&2; then
   log "kwokctl create cluster failed; component logs are in $CLUSTER_DIR/logs"

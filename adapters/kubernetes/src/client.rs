@@ -189,6 +189,35 @@ impl KubeClient {
             .map_err(|e| map_error(&self.action("get", "pods/log"), e))
     }
 
+    /// A container's log with a timestamp on each line, from the whole second
+    /// `since` on (all of it without), at most `limit_bytes`. A container that
+    /// has not started reads as an empty log.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] when the pod is gone; see [`map_error`].
+    pub async fn pod_log_since(
+        &self,
+        pod: &str,
+        container: &str,
+        since: Option<k8s_openapi::jiff::Timestamp>,
+        limit_bytes: i64,
+    ) -> Result<String, EngineError> {
+        let params = LogParams {
+            container: Some(container.to_owned()),
+            since_time: since,
+            timestamps: true,
+            limit_bytes: Some(limit_bytes),
+            ..LogParams::default()
+        };
+        match self.pods().logs(pod, &params).await {
+            Ok(body) => Ok(body),
+            // "container ... is waiting to start" / "... ContainerCreating".
+            Err(kube::Error::Api(status)) if status.code == 400 => Ok(String::new()),
+            Err(e) => Err(map_error(&self.action("get", "pods/log"), e)),
+        }
+    }
+
     /// Deletes a Job with background propagation, only if its uid is `uid`.
     ///
     /// # Errors
