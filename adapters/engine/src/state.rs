@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What one read of a native run says about it.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Two snapshots are equal when they say the same of the run: the
+/// [`Snapshot::revision`] is not compared.
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// The run's state, translated from the engine's own vocabulary.
     pub state: RunState,
@@ -23,6 +26,20 @@ pub struct Snapshot {
     /// How long the client should wait before asking again, when the engine wants
     /// a longer interval than the tool's configured one (a low API budget, say).
     pub poll_hint: Option<Duration>,
+    /// The engine's own mark of what this read saw (GitHub's `ETag`s), for
+    /// [`crate::Pipeline::wait_for_change`] to ask the engine "changed since?"
+    /// cheaply. Never shown to a client and never kept between requests.
+    pub revision: Option<String>,
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        self.state == other.state
+            && self.created_at == other.created_at
+            && self.updated_at == other.updated_at
+            && self.ended_at == other.ended_at
+            && self.poll_hint == other.poll_hint
+    }
 }
 
 impl Snapshot {
@@ -35,6 +52,7 @@ impl Snapshot {
             updated_at: None,
             ended_at: None,
             poll_hint: None,
+            revision: None,
         }
     }
 }

@@ -148,6 +148,7 @@ pub(crate) fn translate(view: &SpoolView, now: SystemTime) -> Translation {
         ),
         ended_at,
         poll_hint: None,
+        revision: None,
     })
 }
 

@@ -58,6 +58,27 @@ impl Answer {
     }
 }
 
+/// Part of a download (a job's log).
+#[derive(Debug)]
+pub(crate) struct Download {
+    /// The bytes read, at most the `max` asked for.
+    pub bytes: Vec<u8>,
+    /// True when the download ends with these bytes.
+    pub at_end: bool,
+}
+
+/// The total size a `Content-Range: bytes a-b/total` header names.
+fn content_range_total(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_RANGE)?
+        .to_str()
+        .ok()?
+        .rsplit_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
 /// A GitHub REST client shared by an engine's pipelines.
 #[derive(Clone)]
 pub(crate) struct Client {
@@ -137,8 +158,132 @@ impl Client {
         body: Option<&Value>,
         budget: &mut Budget,
     ) -> Result<Answer, EngineError> {
+        self.send_with(method, path, body, None, budget).await
+    }
+
+    /// A `GET` with `If-None-Match: etag`: GitHub answers 304 (and spends no
+    /// rate budget) when the resource is unchanged since the answer that
+    /// carried `etag`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    pub async fn get_if_changed(
+        &self,
+        path: &str,
+        etag: &str,
+        budget: &mut Budget,
+    ) -> Result<Answer, EngineError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::IF_NONE_MATCH,
+            http::HeaderValue::from_str(etag)
+                .map_err(|_| EngineError::internal("an ETag taskgate cannot send back"))?,
+        );
+        self.send_with(http::Method::GET, path, None, Some(headers), budget)
+            .await
+    }
+
+    /// Reads at most `max` bytes of a download from byte `offset` on: a `GET`
+    /// of `path` (an API path that redirects to the download, such as a job's
+    /// logs) with a `Range` header. The redirect is followed without the
+    /// credentials (they stay with GitHub's API host); a server that ignores
+    /// the range is read from the start and the bytes before `offset` dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unavailable`] when the download cannot be reached or
+    /// read; a refusal (not 2xx, 416) as in [`map_error`].
+    pub async fn get_range(
+        &self,
+        path: &str,
+        offset: u64,
+        max: usize,
+        permission: &str,
+    ) -> Result<Download, EngineError> {
+        use http_body_util::BodyExt as _;
+        let max_u64 = u64::try_from(max).unwrap_or(u64::MAX).max(1);
+        let mut headers = HeaderMap::new();
+        let range = format!("bytes={offset}-{}", offset + max_u64 - 1);
+        headers.insert(
+            http::header::RANGE,
+            http::HeaderValue::from_str(&range).expect("a range is ASCII"),
+        );
+        let response = self
+            .octo
+            ._get_with_headers(path, Some(headers))
+            .await
+            .map_err(transport_error)?;
+        let status = response.status().as_u16();
+        if status == 416 {
+            return Ok(Download {
+                bytes: Vec::new(),
+                at_end: true,
+            });
+        }
+        if status == 410 {
+            return Err(EngineError::NotFound);
+        }
+        if !(200..300).contains(&status) {
+            let headers = response.headers().clone();
+            let body = self.octo.body_to_string(response).await.unwrap_or_default();
+            return Err(map_error(
+                &Answer {
+                    status,
+                    headers,
+                    body,
+                },
+                permission,
+            ));
+        }
+        let total = (status == 206)
+            .then(|| content_range_total(response.headers()))
+            .flatten();
+        // A 200 is the whole download: skip what the cursor already read.
+        let mut skip = if status == 206 { 0 } else { offset };
+        let mut bytes = Vec::new();
+        let mut body = response.into_body();
+        let mut ended = true;
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| EngineError::unavailable("reading a download failed", e))?;
+            let Ok(mut data) = frame.into_data() else {
+                continue;
+            };
+            if skip > 0 {
+                let drop = usize::try_from(skip).unwrap_or(usize::MAX).min(data.len());
+                skip -= drop as u64;
+                let _ = data.split_to(drop);
+            }
+            let room = max - bytes.len();
+            if data.len() > room {
+                bytes.extend_from_slice(&data[..room]);
+                ended = false;
+                break;
+            }
+            bytes.extend_from_slice(&data);
+            if bytes.len() == max {
+                ended = false;
+                break;
+            }
+        }
+        let at_end = match total {
+            Some(total) => offset + bytes.len() as u64 >= total,
+            None => ended,
+        };
+        Ok(Download { bytes, at_end })
+    }
+
+    async fn send_with(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: Option<HeaderMap>,
+        budget: &mut Budget,
+    ) -> Result<Answer, EngineError> {
         let response = match method {
-            http::Method::GET => self.octo._get(path).await,
+            http::Method::GET => self.octo._get_with_headers(path, headers).await,
             http::Method::POST => match body {
                 Some(body) => self.octo._post(path, Some(body)).await,
                 None => self.octo._post(path, None::<&()>).await,

@@ -11,6 +11,7 @@
 mod budget;
 mod client;
 mod config;
+mod logs;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod translate;
@@ -24,7 +25,8 @@ use http::Method;
 use serde_json::{json, Value};
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
-    NativeRef, Pipeline, RunState, Snapshot, StartRequest, ToolDecl,
+    LogLine, LogPage, NativeRef, Pipeline, RunState, Snapshot, StartRequest, ToolDecl,
+    MAX_PAGE_BYTES,
 };
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
@@ -32,6 +34,7 @@ pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, Workfl
 use budget::{poll_hint, Budget};
 use client::{encode, encode_path, map_error, now_epoch, Client};
 use config::{BoundTarget, Validated};
+use logs::Pos;
 use translate::{DispatchResponse, WorkflowRun};
 
 /// The `kind` of this engine in `[engines.NAME]`.
@@ -44,6 +47,18 @@ const LOOKUPS: u32 = 3;
 /// How long after its dispatch a run that cannot be found by its name is given up
 /// as lost.
 const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// The most jobs one page of logs visits.
+const MAX_JOBS_PER_PAGE: usize = 8;
+
+/// The `ETag` of an answer, when it has one.
+fn etag(answer: &client::Answer) -> Option<String> {
+    answer
+        .headers
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
 
 /// How far back a run listing reaches before the dispatch, against clock skew.
 const SKEW: u64 = 120;
@@ -391,6 +406,72 @@ impl GithubPipeline {
         }
     }
 
+    /// Reads what the run `wr` needs besides itself (jobs, artifacts, pending
+    /// deployments) and translates it all; the snapshot's revision holds the
+    /// run's `ETag` (`run_tag`) and its jobs'.
+    async fn read_run(
+        &self,
+        r: &RunRef,
+        wr: WorkflowRun,
+        run_tag: Option<String>,
+        mut budget: Budget,
+    ) -> Result<Snapshot, EngineError> {
+        let mut calls = 1;
+        let needs = translate::needs(&wr);
+        let base = self.run_path(r, wr.id);
+        let mut details = translate::Details::default();
+        let mut jobs_tag = None;
+        if needs.jobs {
+            calls += 1;
+            let answer = self
+                .client
+                .call(
+                    Method::GET,
+                    &format!("{base}/jobs?per_page=100"),
+                    None,
+                    "actions: read",
+                    &mut budget,
+                )
+                .await?;
+            jobs_tag = etag(&answer);
+            let jobs: translate::JobList = answer.json()?;
+            details.jobs = Some(jobs.jobs);
+        }
+        if needs.artifacts {
+            calls += 1;
+            let list: translate::ArtifactList = self
+                .get_json(
+                    &format!("{base}/artifacts?per_page=100"),
+                    "actions: read",
+                    &mut budget,
+                )
+                .await?;
+            details.artifacts = Some(list.artifacts);
+        }
+        if needs.pending {
+            calls += 1;
+            details.pending = Some(
+                self.get_json(
+                    &format!("{base}/pending_deployments"),
+                    "actions: read",
+                    &mut budget,
+                )
+                .await?,
+            );
+        }
+        let state = translate::translate(&wr, &details, self.target.approval.as_ref());
+        let mut snapshot = translate::snapshot(&wr, state);
+        // Both tags, or none: a change is only ruled out when every read part
+        // can be asked about.
+        snapshot.revision = match (run_tag, needs.jobs, jobs_tag) {
+            (Some(run), false, _) => Some(format!("{run}\n")),
+            (Some(run), true, Some(jobs)) => Some(format!("{run}\n{jobs}")),
+            _ => None,
+        };
+        snapshot.poll_hint = poll_hint(&budget, now_epoch(), calls, self.low_budget);
+        Ok(snapshot)
+    }
+
     async fn get_json<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
@@ -416,7 +497,7 @@ impl Pipeline for GithubPipeline {
             // A run can be found by its name only when every dispatch carries the
             // correlation input.
             locate: self.target.correlate == config::Correlate::Always,
-            logs: false,
+            logs: true,
             max_retention: None,
         }
     }
@@ -481,53 +562,206 @@ impl Pipeline for GithubPipeline {
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
         let r = RunRef::parse(run)?;
         let mut budget = Budget::default();
-        let mut calls = 1;
-        let fetched = self.fetch(&r, &mut budget).await?;
-        let mut snapshot = match fetched {
-            Err(state) => Snapshot::new(state),
-            Ok(wr) => {
-                let needs = translate::needs(&wr);
-                let base = self.run_path(&r, wr.id);
-                let mut details = translate::Details::default();
-                if needs.jobs {
-                    calls += 1;
-                    let jobs: translate::JobList = self
-                        .get_json(
-                            &format!("{base}/jobs?per_page=100"),
-                            "actions: read",
-                            &mut budget,
-                        )
-                        .await?;
-                    details.jobs = Some(jobs.jobs);
-                }
-                if needs.artifacts {
-                    calls += 1;
-                    let list: translate::ArtifactList = self
-                        .get_json(
-                            &format!("{base}/artifacts?per_page=100"),
-                            "actions: read",
-                            &mut budget,
-                        )
-                        .await?;
-                    details.artifacts = Some(list.artifacts);
-                }
-                if needs.pending {
-                    calls += 1;
-                    details.pending = Some(
-                        self.get_json(
-                            &format!("{base}/pending_deployments"),
-                            "actions: read",
-                            &mut budget,
-                        )
-                        .await?,
-                    );
-                }
-                let state = translate::translate(&wr, &details, self.target.approval.as_ref());
-                translate::snapshot(&wr, state)
+        match &r.key {
+            RunKey::Id(id) => {
+                let answer = self
+                    .client
+                    .call(
+                        Method::GET,
+                        &self.run_path(&r, *id),
+                        None,
+                        "actions: read",
+                        &mut budget,
+                    )
+                    .await?;
+                let tag = etag(&answer);
+                self.read_run(&r, answer.json()?, tag, budget).await
             }
+            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
+                Err(state) => {
+                    let mut snapshot = Snapshot::new(state);
+                    snapshot.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+                    Ok(snapshot)
+                }
+                Ok(wr) => self.read_run(&r, wr, None, budget).await,
+            },
+        }
+    }
+
+    /// Waits `wait`, then asks GitHub whether the run (and, while it runs,
+    /// its jobs) changed since `last`, with the `ETag`s `last` carries
+    /// (`If-None-Match`): a 304 spends no rate budget and returns `last` as
+    /// it was. Anything changed is read in full, as [`Pipeline::read`] does.
+    async fn wait_for_change(
+        &self,
+        run: &NativeRef,
+        last: &Snapshot,
+        wait: Duration,
+    ) -> Result<Snapshot, EngineError> {
+        tokio::time::sleep(wait).await;
+        let r = RunRef::parse(run)?;
+        let (RunKey::Id(id), Some((run_tag, jobs_tag))) = (
+            &r.key,
+            last.revision.as_deref().and_then(|t| t.split_once('\n')),
+        ) else {
+            return self.read(run).await;
         };
-        snapshot.poll_hint = poll_hint(&budget, now_epoch(), calls, self.low_budget);
-        Ok(snapshot)
+        let mut budget = Budget::default();
+        let path = self.run_path(&r, *id);
+        let answer = self
+            .client
+            .get_if_changed(&path, run_tag, &mut budget)
+            .await?;
+        match answer.status {
+            304 => {}
+            200 => {
+                let tag = etag(&answer);
+                return self.read_run(&r, answer.json()?, tag, budget).await;
+            }
+            _ => return Err(map_error(&answer, "actions: read")),
+        }
+        if !jobs_tag.is_empty() {
+            let jobs = self
+                .client
+                .get_if_changed(&format!("{path}/jobs?per_page=100"), jobs_tag, &mut budget)
+                .await?;
+            match jobs.status {
+                304 => {}
+                200 => return self.read(run).await,
+                _ => return Err(map_error(&jobs, "actions: read")),
+            }
+        }
+        let mut same = last.clone();
+        same.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+        Ok(same)
+    }
+
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let mut pos = Pos::parse(cursor)?;
+        let r = RunRef::parse(run)?;
+        let mut budget = Budget::default();
+        let id = match &r.key {
+            RunKey::Id(id) => *id,
+            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
+                Ok(wr) => wr.id,
+                // Not listed yet: nothing to read (or never will be).
+                Err(state) => {
+                    return Ok(LogPage {
+                        lines: Vec::new(),
+                        cursor: pos.cursor(),
+                        complete: state.is_terminal(),
+                    })
+                }
+            },
+        };
+        let base = self.run_path(&r, id);
+        let mut list: translate::JobList = self
+            .get_json(
+                &format!("{base}/jobs?per_page=100"),
+                "actions: read",
+                &mut budget,
+            )
+            .await?;
+        list.jobs.sort_by_key(|j| j.id);
+        let mut lines = Vec::new();
+        let mut room = MAX_PAGE_BYTES;
+        let mut visited = 0;
+        let mut every_job_read = false;
+        while lines.len() < limit {
+            let Some((job, steps, offset)) = logs::current(&list.jobs, pos) else {
+                every_job_read = true;
+                break;
+            };
+            visited += 1;
+            if visited > MAX_JOBS_PER_PAGE {
+                break;
+            }
+            let events = logs::step_events(job);
+            let take = events
+                .len()
+                .saturating_sub(steps)
+                .min(limit - lines.len());
+            lines.extend(
+                events
+                    .iter()
+                    .skip(steps)
+                    .take(take)
+                    .map(|e| LogLine::new(job.name.as_str(), e)),
+            );
+            let steps = steps + take;
+            pos = Pos::In {
+                job: job.id,
+                steps,
+                offset,
+            };
+            if steps < events.len() || !logs::finished(job) {
+                break;
+            }
+            if !logs::has_log(job) {
+                pos = Pos::After { job: job.id };
+                continue;
+            }
+            if lines.len() >= limit || room == 0 {
+                break;
+            }
+            let path = format!(
+                "{}/actions/jobs/{}/logs",
+                self.repo_path(&r.owner, &r.repo),
+                job.id
+            );
+            let piece = match self
+                .client
+                .get_range(&path, offset, room, "actions: read")
+                .await
+            {
+                Ok(piece) => piece,
+                Err(EngineError::NotFound) => {
+                    lines.push(LogLine::note(&format!(
+                        "GitHub keeps no log of job {} (removed or past its retention)",
+                        job.name
+                    )));
+                    pos = Pos::After { job: job.id };
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let full = piece.bytes.len() == room;
+            room -= piece.bytes.len();
+            let (got, used) = logs::split(
+                &piece.bytes,
+                offset,
+                piece.at_end,
+                full,
+                limit - lines.len(),
+                &job.name,
+            );
+            lines.extend(got);
+            if piece.at_end && used == piece.bytes.len() {
+                pos = Pos::After { job: job.id };
+                continue;
+            }
+            pos = Pos::In {
+                job: job.id,
+                steps,
+                offset: offset + used as u64,
+            };
+            break;
+        }
+        // Every listed job was read: nothing more comes once the run has ended.
+        let complete = every_job_read && {
+            let wr: WorkflowRun = self.get_json(&base, "actions: read", &mut budget).await?;
+            wr.status.as_deref() == Some("completed")
+        };
+        Ok(LogPage {
+            lines,
+            cursor: pos.cursor(),
+            complete,
+        })
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {

@@ -107,6 +107,10 @@ pub struct Seen {
     pub query: BTreeMap<String, String>,
     /// The JSON body, if any.
     pub body: Option<Value>,
+    /// The `If-None-Match` header, if any.
+    pub if_none_match: Option<String>,
+    /// True when it was answered 304 Not Modified (no rate budget spent).
+    pub not_modified: bool,
 }
 
 impl Seen {
@@ -165,6 +169,12 @@ struct State {
     latency: std::time::Duration,
     /// The outage in force, if any.
     fault: Option<Fault>,
+    /// Job logs by job id, as the download host serves them.
+    logs: BTreeMap<u64, String>,
+    /// `http://127.0.0.1:PORT` of the download host (another origin).
+    blob_url: String,
+    /// The `Range` header of every download, in order (`-` for none).
+    downloads: Vec<String>,
 }
 
 /// The double: a server on 127.0.0.1 and its shared state.
@@ -209,6 +219,16 @@ impl Double {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        // The host job-log redirects point at: another origin, as GitHub's
+        // log storage is, which must never see GitHub credentials.
+        let shared = state.clone();
+        let blob = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+            let state = shared.clone();
+            async move { download(&state, &uri, &headers) }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        state.lock().unwrap().blob_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, blob).await.unwrap() });
         Self { url, state }
     }
 
@@ -239,6 +259,27 @@ impl Double {
     /// Sets a run's jobs (the `jobs` array of the jobs answer).
     pub fn set_jobs(&self, id: u64, jobs: Value) {
         self.with(|s| s.jobs.insert(id, jobs));
+    }
+
+    /// Sets the log GitHub keeps for job `job_id` (served once the job, in some
+    /// run's [`Double::set_jobs`], has completed).
+    pub fn set_job_log(&self, job_id: u64, text: &str) {
+        self.with(|s| s.logs.insert(job_id, text.to_owned()));
+    }
+
+    /// The `Range` header of every log download so far (`-` for none).
+    pub fn downloads(&self) -> Vec<String> {
+        self.with(|s| s.downloads.clone())
+    }
+
+    /// How many requests were answered 304 Not Modified.
+    pub fn not_modified(&self) -> usize {
+        self.with(|s| s.seen.iter().filter(|r| r.not_modified).count())
+    }
+
+    /// The rate budget left, as the double reports it.
+    pub fn remaining(&self) -> u64 {
+        self.with(|s| s.remaining)
     }
 
     /// Puts the run in `waiting` on the published pending deployment (environment
@@ -337,6 +378,8 @@ async fn outage(state: &Mutex<State>, method: &Method, uri: &Uri) -> Option<Resp
             path: uri.path().to_owned(),
             query: BTreeMap::new(),
             body: None,
+            if_none_match: None,
+            not_modified: false,
         });
         fault
     };
@@ -401,11 +444,17 @@ fn handle(
             }
         }
     };
+    let if_none_match = headers
+        .get("if-none-match")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     s.seen.push(Seen {
         method: method.to_string(),
         path: path.clone(),
         query: query.clone(),
         body: parsed_body.clone(),
+        if_none_match: if_none_match.clone(),
+        not_modified: false,
     });
 
     // The GitHub App token exchange: a JWT signed by the App's key, answered with
@@ -481,7 +530,35 @@ fn handle(
         ));
     }
 
-    s.remaining = s.remaining.saturating_sub(1);
+    let throttle = s.throttle.take();
+    let (status, reply) = match throttle {
+        Some(Throttle::Secondary { .. }) => (
+            StatusCode::FORBIDDEN,
+            json!({
+                "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+                "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+            }),
+        ),
+        Some(Throttle::Primary { status, .. }) => (
+            StatusCode::from_u16(status).unwrap(),
+            json!({
+                "message": "API rate limit exceeded for user ID 1.",
+                "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+            }),
+        ),
+        None => route(&mut s, method, &path, &query, parsed_body.as_ref()),
+    };
+    // GitHub tags its GET answers; a request naming the current tag in
+    // If-None-Match is answered 304 and spends no rate budget.
+    let text = reply.to_string();
+    let tag = (method == Method::GET && status == StatusCode::OK).then(|| etag_of(&text));
+    let not_modified = tag.is_some() && tag == if_none_match;
+    if !not_modified {
+        s.remaining = s.remaining.saturating_sub(1);
+    }
+    if let Some(last) = s.seen.last_mut() {
+        last.not_modified = not_modified;
+    }
     let mut rate_headers = vec![
         ("x-ratelimit-limit", s.limit.to_string()),
         ("x-ratelimit-remaining", s.remaining.to_string()),
@@ -489,49 +566,100 @@ fn handle(
         ("x-ratelimit-used", (s.limit - s.remaining).to_string()),
         ("x-ratelimit-resource", "core".to_owned()),
     ];
-
-    let (status, reply) = if let Some(throttle) = s.throttle.take() {
-        match throttle {
-            Throttle::Secondary { retry_after } => {
-                rate_headers.push(("retry-after", retry_after.to_string()));
-                (
-                    StatusCode::FORBIDDEN,
-                    json!({
-                        "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
-                        "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
-                    }),
-                )
-            }
-            Throttle::Primary { status, reset_in } => {
-                rate_headers[1].1 = "0".to_owned();
-                rate_headers[2].1 = (now() + reset_in).to_string();
-                (
-                    StatusCode::from_u16(status).unwrap(),
-                    json!({
-                        "message": "API rate limit exceeded for user ID 1.",
-                        "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
-                    }),
-                )
-            }
+    match throttle {
+        Some(Throttle::Secondary { retry_after }) => {
+            rate_headers.push(("retry-after", retry_after.to_string()));
         }
-    } else {
-        route(&mut s, method, &path, &query, parsed_body.as_ref())
-    };
+        Some(Throttle::Primary { reset_in, .. }) => {
+            rate_headers[1].1 = "0".to_owned();
+            rate_headers[2].1 = (now() + reset_in).to_string();
+        }
+        None => {}
+    }
 
-    let mut response = if status == StatusCode::NO_CONTENT {
+    let mut response = if not_modified {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else if status == StatusCode::NO_CONTENT {
         status.into_response()
+    } else if status == StatusCode::FOUND {
+        let mut r = status.into_response();
+        r.headers_mut().insert(
+            "location",
+            reply["location"].as_str().unwrap().parse().unwrap(),
+        );
+        r
     } else {
         (
             status,
             [("content-type", "application/json; charset=utf-8")],
-            reply.to_string(),
+            text,
         )
             .into_response()
     };
+    if let Some(tag) = tag {
+        response.headers_mut().insert("etag", tag.parse().unwrap());
+    }
     for (k, v) in rate_headers {
         response.headers_mut().insert(k, v.parse().unwrap());
     }
     response
+}
+
+/// A weak ETag of an answer's body, as GitHub writes them (`W/"…"`).
+fn etag_of(body: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut h);
+    format!("W/\"{:016x}\"", h.finish())
+}
+
+/// The download host: a job's log by byte range (206 with `Content-Range`,
+/// 416 past its end), or whole without a `Range` header. It refuses (and
+/// records as a violation) a request carrying credentials.
+fn download(state: &Mutex<State>, uri: &Uri, headers: &HeaderMap) -> Response {
+    let mut s = state.lock().unwrap();
+    let range = headers
+        .get("range")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    s.downloads.push(range.clone());
+    if headers.contains_key("authorization") {
+        s.violations
+            .push(format!("GET {uri}: a log download carries credentials"));
+        return StatusCode::FORBIDDEN.into_response();
+    }
+    let log = uri
+        .path()
+        .strip_prefix("/logs/")
+        .and_then(|id| id.parse::<u64>().ok())
+        .and_then(|id| s.logs.get(&id).cloned());
+    let Some(log) = log else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let len = log.len();
+    let Some(spec) = range.strip_prefix("bytes=") else {
+        return (StatusCode::OK, [("content-type", "text/plain")], log).into_response();
+    };
+    let (from, to) = spec.split_once('-').unwrap();
+    let from: usize = from.parse().unwrap();
+    if from >= len {
+        return (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            [("content-range", format!("bytes */{len}"))],
+        )
+            .into_response();
+    }
+    let to = to.parse::<usize>().map_or(len - 1, |t| t.min(len - 1));
+    (
+        StatusCode::PARTIAL_CONTENT,
+        [
+            ("content-type", "text/plain".to_owned()),
+            ("content-range", format!("bytes {from}-{to}/{len}")),
+        ],
+        log.as_bytes()[from..=to].to_vec(),
+    )
+        .into_response()
 }
 
 fn percent_decode(text: &str) -> String {
@@ -604,6 +732,7 @@ fn route(
             c["path"] = json!(format!(".github/workflows/{WORKFLOW}"));
             answer(StatusCode::OK, &c)
         }
+        ("GET", ["actions", "jobs", job, "logs"]) => job_log(s, job),
         ("GET", ["actions", "runs", id]) => {
             match id.parse().ok().and_then(|id: u64| s.runs.get(&id)) {
                 Some(run) => answer(StatusCode::OK, run),
@@ -668,6 +797,34 @@ fn route(
             not_found()
         }
     }
+}
+
+/// A job's log: a 302 to a short-lived URL of the download host, for a job
+/// that completed; 404 for a job the double does not know. GitHub keeps no
+/// log to download while a job runs: asking then is a violation.
+fn job_log(s: &mut State, job: &str) -> (StatusCode, Value) {
+    let Ok(id) = job.parse::<u64>() else {
+        return not_found();
+    };
+    let found = s
+        .jobs
+        .values()
+        .filter_map(Value::as_array)
+        .flatten()
+        .find(|j| j["id"] == id)
+        .cloned();
+    let Some(found) = found else {
+        return not_found();
+    };
+    if found["status"] != "completed" {
+        s.violations
+            .push(format!("GET …/actions/jobs/{id}/logs: the job has not completed"));
+        return not_found();
+    }
+    (
+        StatusCode::FOUND,
+        json!({"location": format!("{}/logs/{id}?urlExpires={}&urlSigningMethod=HMACV1&urlSignature=c2lnbmVk", s.blob_url, iso(now() + 60))}),
+    )
 }
 
 fn known(s: &State, id: &str) -> Option<u64> {

@@ -259,6 +259,7 @@ pub(crate) fn snapshot(run: &WorkflowRun, state: RunState) -> Snapshot {
         updated_at,
         ended_at,
         poll_hint: None,
+        revision: None,
     }
 }
 

@@ -700,3 +700,199 @@ async fn a_github_app_installation_mints_its_token_once() {
     );
     d.assert_clean();
 }
+
+/// A job of the published example with the given id, name, status and steps
+/// (`(status, conclusion)` each).
+fn job(id: u64, name: &str, status: &str, steps: &[(&str, Option<&str>)]) -> Value {
+    let mut j = double::fixture("job-paginated.json")["jobs"][0].clone();
+    j["id"] = json!(id);
+    j["name"] = json!(name);
+    j["status"] = json!(status);
+    j["conclusion"] = if status == "completed" {
+        json!("success")
+    } else {
+        Value::Null
+    };
+    j["steps"] = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (status, conclusion))| {
+            json!({"name": format!("step {}", i + 1), "number": i + 1, "status": status, "conclusion": conclusion})
+        })
+        .collect();
+    j
+}
+
+/// Reads pages from `cursor` until one adds nothing; returns every line as
+/// `source: text`, the last cursor and whether the last page was complete.
+async fn drain(
+    p: &Arc<dyn Pipeline>,
+    run: &NativeRef,
+    mut cursor: Option<String>,
+    limit: usize,
+) -> (Vec<String>, Option<String>, bool) {
+    let mut all = Vec::new();
+    loop {
+        let page = p.logs(run, cursor.as_deref(), limit).await.unwrap();
+        assert!(page.lines.len() <= limit);
+        let empty = page.lines.is_empty();
+        all.extend(page.lines.into_iter().map(|l| format!("{}: {}", l.source, l.text)));
+        cursor = Some(page.cursor);
+        if empty || page.complete {
+            return (all, cursor, page.complete);
+        }
+    }
+}
+
+#[tokio::test]
+async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let run = p.start(request("tg-logs", json!({"version": "1"}))).await.unwrap();
+    let id = run_id(&run);
+    d.set_run(id, "in_progress", None);
+    d.set_jobs(
+        id,
+        json!([
+            job(2, "test", "queued", &[]),
+            job(1, "build", "in_progress", &[("completed", Some("success")), ("in_progress", None)]),
+        ]),
+    );
+    let (first, cursor, complete) = drain(&p, &run, None, 100).await;
+    assert_eq!(
+        first,
+        [
+            "build: started step 1: step 1",
+            "build: finished step 1: step 1 (success)",
+            "build: started step 2: step 2",
+        ]
+    );
+    assert!(!complete);
+    assert!(d.downloads().is_empty(), "no log is asked for a running job");
+
+    // build finishes (its log is kept); test starts.
+    let build_log = "\u{feff}2026-12-04T06:00:00.0000000Z ##[group]Run ./build.sh\n2026-12-04T06:00:01.0000000Z compiled 3 crates\n2026-12-04T06:00:02.0000000Z ##[endgroup]\n";
+    d.set_job_log(1, build_log);
+    d.set_jobs(
+        id,
+        json!([
+            job(1, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]),
+            job(2, "test", "in_progress", &[("in_progress", None)]),
+        ]),
+    );
+    // Two lines a page: the cursor stops inside the log and goes on from there.
+    let (second, cursor, complete) = drain(&p, &run, cursor, 2).await;
+    assert_eq!(
+        second,
+        [
+            "build: finished step 2: step 2 (success)",
+            "build: 2026-12-04T06:00:00.0000000Z ##[group]Run ./build.sh",
+            "build: 2026-12-04T06:00:01.0000000Z compiled 3 crates",
+            "build: 2026-12-04T06:00:02.0000000Z ##[endgroup]",
+            "test: started step 1: step 1",
+        ]
+    );
+    assert!(!complete);
+    let downloads = d.downloads();
+    assert!(
+        downloads.iter().all(|r| r.starts_with("bytes=")),
+        "logs are read by range: {downloads:?}"
+    );
+
+    d.set_job_log(2, "2026-12-04T06:01:00.0000000Z 12 passed\nno newline at the end");
+    d.set_jobs(
+        id,
+        json!([
+            job(1, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]),
+            job(2, "test", "completed", &[("completed", Some("success"))]),
+        ]),
+    );
+    let (third, cursor, complete) = drain(&p, &run, cursor, 100).await;
+    assert_eq!(
+        third,
+        [
+            "test: finished step 1: step 1 (success)",
+            "test: 2026-12-04T06:01:00.0000000Z 12 passed",
+            "test: no newline at the end",
+        ]
+    );
+    assert!(!complete, "the run itself has not completed");
+    d.set_run(id, "completed", Some("success"));
+    let (rest, cursor, complete) = drain(&p, &run, cursor, 100).await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(complete);
+    // From the start again: everything, in the same order.
+    let (all, _, complete) = drain(&p, &run, None, 1000).await;
+    assert!(complete);
+    assert_eq!(all.len(), first.len() + second.len() + third.len());
+    assert_eq!(all[..3], first[..]);
+    // A page ending in nothing new keeps its cursor.
+    let again = p.logs(&run, cursor.as_deref(), 10).await.unwrap();
+    assert!(again.lines.is_empty() && again.complete);
+    assert!(
+        matches!(
+            p.logs(&run, Some("k1.0.0.0.0.0.pod"), 10).await,
+            Err(EngineError::InvalidInput { .. })
+        ),
+        "another engine's cursor"
+    );
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn a_job_whose_log_is_gone_gets_a_note_and_the_next_job_is_read() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let run = p.start(request("tg-logs-gone", json!({"version": "1"}))).await.unwrap();
+    let id = run_id(&run);
+    d.set_run(id, "completed", Some("success"));
+    d.set_jobs(
+        id,
+        json!([
+            job(1, "old", "completed", &[("completed", Some("success"))]),
+            job(2, "new", "completed", &[("completed", Some("success"))]),
+        ]),
+    );
+    d.set_job_log(2, "kept\n");
+    let (lines, _, complete) = drain(&p, &run, None, 100).await;
+    assert!(complete);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(lines[2].starts_with("taskgate: GitHub keeps no log of job old"), "{lines:?}");
+    assert_eq!(lines[5], "new: kept");
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn an_unchanged_run_is_asked_with_its_etags_and_spends_no_budget() {
+    let d = Double::start().await;
+    let p = pipeline(&d, json!({})).await;
+    let run = p.start(request("tg-etag", json!({"version": "1"}))).await.unwrap();
+    let id = run_id(&run);
+    d.set_run(id, "in_progress", None);
+    let first = p.read(&run).await.unwrap();
+    assert!(first.revision.is_some(), "a read keeps the ETags it saw");
+    let before = d.remaining();
+    d.clear_seen();
+    let mut last = first.clone();
+    for _ in 0..3 {
+        last = p
+            .wait_for_change(&run, &last, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(last, first, "nothing changed");
+    }
+    let seen = d.seen();
+    assert_eq!(seen.len(), 6, "the run and its jobs, three times: {seen:?}");
+    assert!(seen.iter().all(|r| r.if_none_match.is_some() && r.not_modified));
+    assert_eq!(d.remaining(), before, "304s spend no rate budget");
+
+    // A change is seen on the next ask, read in full.
+    d.set_run(id, "completed", Some("failure"));
+    let changed = p
+        .wait_for_change(&run, &last, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(changed.state.is_terminal(), "{changed:?}");
+    assert!(d.remaining() < before);
+    d.assert_clean();
+}
