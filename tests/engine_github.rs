@@ -514,3 +514,191 @@ async fn tasks_2025_result_blocks_until_the_run_finishes() {
     assert_eq!(got.result()["status"], "completed");
     d.assert_clean();
 }
+
+/// A job of GitHub's published example with the given id, name, status and
+/// steps (`(status, conclusion)` each).
+fn job(id: u64, name: &str, status: &str, steps: &[(&str, Option<&str>)]) -> Value {
+    let mut j = taskgate_github::testing::fixture("job-paginated.json")["jobs"][0].clone();
+    j["id"] = json!(id);
+    j["name"] = json!(name);
+    j["status"] = json!(status);
+    j["conclusion"] = if status == "completed" {
+        json!("success")
+    } else {
+        Value::Null
+    };
+    j["steps"] = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (status, conclusion))| {
+            json!({"name": format!("step {}", i + 1), "number": i + 1, "status": status, "conclusion": conclusion})
+        })
+        .collect();
+    j
+}
+
+/// Opens `subscriptions/listen` for `task` on `server`.
+async fn listen(server: &Server, id: &str, task: &str) -> common::SseReader {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+        "params": { "notifications": { "taskIds": [task] }, "_meta": common::modern_meta(true) } });
+    let response = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", common::MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /mcp");
+    common::SseReader::new(response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listened_run_that_does_not_change_spends_no_rate_budget() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "1.0.0"})).await;
+    let id = only_run(&d);
+    d.set_run(id, "in_progress", None);
+    let mut stream = listen(&server, "watch", &task).await;
+    let ack = stream.next(LIMIT).await.expect("an acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let first = stream.next(LIMIT).await.expect("the task as it is");
+    assert_eq!(first["params"]["status"], "working", "{first}");
+    // From here on the watch asks GitHub "changed?" at the poll interval
+    // (200 ms): watch it at GitHub's side over many intervals.
+    let budget = d.remaining();
+    d.clear_seen();
+    wait_for("twelve conditional requests", LIMIT, || async {
+        let n = d.not_modified();
+        if n >= 12 {
+            Ok(())
+        } else {
+            Err(format!("{n} so far"))
+        }
+    })
+    .await;
+    let seen = d.seen();
+    assert!(
+        seen.iter().all(|r| r.method == "GET"
+            && r.if_none_match.is_some()
+            && r.not_modified),
+        "only conditional reads, all answered 304: {:?}",
+        d.lines()
+    );
+    assert_eq!(d.remaining(), budget, "a 304 spends no rate budget");
+
+    // The run ends: the next ask sees it, and the stream says so and closes.
+    d.set_run(id, "completed", Some("success"));
+    let mut statuses = Vec::new();
+    let closing = loop {
+        let m = stream.next(LIMIT).await.expect("a notification or the end");
+        if m.get("method").is_none() {
+            break m;
+        }
+        statuses.push(m["params"]["status"].as_str().unwrap().to_owned());
+    };
+    assert_eq!(statuses.last().map(String::as_str), Some("completed"), "{statuses:?}");
+    assert_eq!(closing["result"]["resultType"], "complete", "{closing}");
+    assert!(d.remaining() < budget, "the change was read in full");
+    d.assert_clean();
+}
+
+/// One page of `taskgate_logs`: its lines as `source: text`, its cursor and
+/// whether it is complete.
+async fn logs_page(c: &Client, task: &str, cursor: Option<&str>) -> (Vec<String>, String, bool) {
+    let mut args = json!({"taskId": task});
+    if let Some(cursor) = cursor {
+        args["cursor"] = json!(cursor);
+    }
+    let reply = c.call("taskgate_logs", args).await;
+    assert!(reply.is_ok(), "{}", reply.raw);
+    let page = &reply.result()["structuredContent"];
+    let lines = page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| format!("{}: {}", l["source"].as_str().unwrap(), l["text"].as_str().unwrap()))
+        .collect();
+    (
+        lines,
+        page["cursor"].as_str().unwrap().to_owned(),
+        page["complete"].as_bool().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_steps_and_finished_jobs_logs_are_read_while_it_runs_each_once_in_order() {
+    let d = Double::start().await;
+    let s = setup(&d, "");
+    let server = s.server().await;
+    let c = server.client();
+    let task = c.start_task("deploy", json!({"version": "2.0.0"})).await;
+    let id = only_run(&d);
+    d.set_run(id, "in_progress", None);
+    d.set_jobs(
+        id,
+        json!([job(11, "build", "in_progress", &[("completed", Some("success")), ("in_progress", None)]), job(12, "deploy", "queued", &[])]),
+    );
+    let (first, cursor, complete) = logs_page(&c, &task, None).await;
+    assert_eq!(
+        first,
+        [
+            "build: started step 1: step 1",
+            "build: finished step 1: step 1 (success)",
+            "build: started step 2: step 2"
+        ]
+    );
+    assert!(!complete);
+    let (none, cursor, _) = logs_page(&c, &task, Some(&cursor)).await;
+    assert!(none.is_empty(), "nothing new, nothing again: {none:?}");
+
+    d.set_job_log(
+        11,
+        "2026-12-04T07:00:00.0000000Z ##[group]Run cargo build\n2026-12-04T07:00:09.0000000Z Finished release\n",
+    );
+    d.set_jobs(
+        id,
+        json!([job(11, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]), job(12, "deploy", "in_progress", &[("in_progress", None)])]),
+    );
+    let (second, cursor, complete) = logs_page(&c, &task, Some(&cursor)).await;
+    assert_eq!(
+        second,
+        [
+            "build: finished step 2: step 2 (success)",
+            "build: 2026-12-04T07:00:00.0000000Z ##[group]Run cargo build",
+            "build: 2026-12-04T07:00:09.0000000Z Finished release",
+            "deploy: started step 1: step 1",
+        ]
+    );
+    assert!(!complete);
+
+    d.set_job_log(12, "2026-12-04T07:01:00.0000000Z deployed 2.0.0\n");
+    d.set_jobs(
+        id,
+        json!([job(11, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]), job(12, "deploy", "completed", &[("completed", Some("success"))])]),
+    );
+    d.set_run(id, "completed", Some("success"));
+    let (third, end, complete) = logs_page(&c, &task, Some(&cursor)).await;
+    assert_eq!(
+        third,
+        [
+            "deploy: finished step 1: step 1 (success)",
+            "deploy: 2026-12-04T07:01:00.0000000Z deployed 2.0.0",
+        ]
+    );
+    assert!(complete);
+    let (after, _, complete) = logs_page(&c, &task, Some(&end)).await;
+    assert!(after.is_empty() && complete);
+    assert!(
+        !d.downloads().is_empty(),
+        "the finished jobs' logs were downloaded"
+    );
+    d.assert_clean();
+}

@@ -533,6 +533,7 @@ pub(crate) fn snapshot(
         updated_at,
         ended_at,
         poll_hint: None,
+        revision: None,
     }
 }
 
