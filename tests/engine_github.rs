@@ -586,9 +586,8 @@ async fn a_listened_run_that_does_not_change_spends_no_rate_budget() {
     .await;
     let seen = d.seen();
     assert!(
-        seen.iter().all(|r| r.method == "GET"
-            && r.if_none_match.is_some()
-            && r.not_modified),
+        seen.iter()
+            .all(|r| r.method == "GET" && r.if_none_match.is_some() && r.not_modified),
         "only conditional reads, all answered 304: {:?}",
         d.lines()
     );
@@ -604,7 +603,11 @@ async fn a_listened_run_that_does_not_change_spends_no_rate_budget() {
         }
         statuses.push(m["params"]["status"].as_str().unwrap().to_owned());
     };
-    assert_eq!(statuses.last().map(String::as_str), Some("completed"), "{statuses:?}");
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("completed"),
+        "{statuses:?}"
+    );
     assert_eq!(closing["result"]["resultType"], "complete", "{closing}");
     assert!(d.remaining() < budget, "the change was read in full");
     d.assert_clean();
@@ -624,7 +627,13 @@ async fn logs_page(c: &Client, task: &str, cursor: Option<&str>) -> (Vec<String>
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| format!("{}: {}", l["source"].as_str().unwrap(), l["text"].as_str().unwrap()))
+        .map(|l| {
+            format!(
+                "{}: {}",
+                l["source"].as_str().unwrap(),
+                l["text"].as_str().unwrap()
+            )
+        })
         .collect();
     (
         lines,
@@ -644,7 +653,15 @@ async fn a_runs_steps_and_finished_jobs_logs_are_read_while_it_runs_each_once_in
     d.set_run(id, "in_progress", None);
     d.set_jobs(
         id,
-        json!([job(11, "build", "in_progress", &[("completed", Some("success")), ("in_progress", None)]), job(12, "deploy", "queued", &[])]),
+        json!([
+            job(
+                11,
+                "build",
+                "in_progress",
+                &[("completed", Some("success")), ("in_progress", None)]
+            ),
+            job(12, "deploy", "queued", &[])
+        ]),
     );
     let (first, cursor, complete) = logs_page(&c, &task, None).await;
     assert_eq!(
@@ -665,7 +682,18 @@ async fn a_runs_steps_and_finished_jobs_logs_are_read_while_it_runs_each_once_in
     );
     d.set_jobs(
         id,
-        json!([job(11, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]), job(12, "deploy", "in_progress", &[("in_progress", None)])]),
+        json!([
+            job(
+                11,
+                "build",
+                "completed",
+                &[
+                    ("completed", Some("success")),
+                    ("completed", Some("success"))
+                ]
+            ),
+            job(12, "deploy", "in_progress", &[("in_progress", None)])
+        ]),
     );
     let (second, cursor, complete) = logs_page(&c, &task, Some(&cursor)).await;
     assert_eq!(
@@ -682,7 +710,18 @@ async fn a_runs_steps_and_finished_jobs_logs_are_read_while_it_runs_each_once_in
     d.set_job_log(12, "2026-12-04T07:01:00.0000000Z deployed 2.0.0\n");
     d.set_jobs(
         id,
-        json!([job(11, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]), job(12, "deploy", "completed", &[("completed", Some("success"))])]),
+        json!([
+            job(
+                11,
+                "build",
+                "completed",
+                &[
+                    ("completed", Some("success")),
+                    ("completed", Some("success"))
+                ]
+            ),
+            job(12, "deploy", "completed", &[("completed", Some("success"))])
+        ]),
     );
     d.set_run(id, "completed", Some("success"));
     let (third, end, complete) = logs_page(&c, &task, Some(&cursor)).await;

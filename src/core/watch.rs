@@ -93,7 +93,10 @@ async fn follow(
     let native = native.to_owned();
     let mut last = seed;
     while !last.state.is_terminal() {
-        match pipeline.wait_for_change(&native, &last, poll).await {
+        // The engine may ask for a longer pace (GitHub, when its rate budget
+        // runs low): never faster than the tool's poll interval.
+        let pace = last.poll_hint.map_or(poll, |hint| hint.max(poll));
+        match pipeline.wait_for_change(&native, &last, pace).await {
             Ok(snapshot) => {
                 if snapshot != last {
                     tx.send_replace(Seen::Run(snapshot.clone()));
@@ -146,6 +149,56 @@ mod tests {
                 progress: None,
             }))
         }
+    }
+
+    /// A run whose reads ask for a longer pace, and the waits it was given.
+    #[derive(Default)]
+    struct Hinting {
+        waits: Mutex<Vec<Duration>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Pipeline for Hinting {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        async fn start(&self, _: StartRequest) -> Result<NativeRef, EngineError> {
+            Err(EngineError::unsupported("start"))
+        }
+        async fn read(&self, _: &NativeRef) -> Result<Snapshot, EngineError> {
+            Err(EngineError::unsupported("read"))
+        }
+        async fn wait_for_change(
+            &self,
+            _: &NativeRef,
+            last: &Snapshot,
+            wait: Duration,
+        ) -> Result<Snapshot, EngineError> {
+            self.waits.lock().unwrap().push(wait);
+            tokio::time::sleep(wait).await;
+            let mut next = last.clone();
+            next.poll_hint = Some(Duration::from_millis(1));
+            Ok(next)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_keeps_to_the_pace_the_engine_asks_for_never_faster_than_the_tool() {
+        let hub = Arc::new(Watches::default());
+        let hinting = Arc::new(Hinting::default());
+        let pipeline: Arc<dyn Pipeline> = hinting.clone();
+        let poll = Duration::from_millis(5);
+        let mut seed = working();
+        seed.poll_hint = Some(Duration::from_millis(40));
+        let rx = hub.subscribe("t", &pipeline, "run", poll, &seed);
+        until("two waits", || hinting.waits.lock().unwrap().len() >= 2).await;
+        drop(rx);
+        let waits = hinting.waits.lock().unwrap().clone();
+        assert_eq!(waits[0], Duration::from_millis(40), "the engine's hint");
+        assert_eq!(
+            waits[1], poll,
+            "a hint below the poll interval is not taken"
+        );
     }
 
     fn working() -> Snapshot {

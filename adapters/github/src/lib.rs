@@ -682,10 +682,7 @@ impl Pipeline for GithubPipeline {
                 break;
             }
             let events = logs::step_events(job);
-            let take = events
-                .len()
-                .saturating_sub(steps)
-                .min(limit - lines.len());
+            let take = events.len().saturating_sub(steps).min(limit - lines.len());
             lines.extend(
                 events
                     .iter()

@@ -191,7 +191,15 @@ mod tests {
             assert_eq!(Pos::parse(Some(&pos.cursor())).unwrap(), pos);
         }
         assert_eq!(Pos::parse(None).unwrap(), Pos::Start);
-        for bad in ["", "g1", "g1.i.1.2", "g2.s", "g1.a.x", "g1.i.1.-2.0", "k1.0.0"] {
+        for bad in [
+            "",
+            "g1",
+            "g1.i.1.2",
+            "g2.s",
+            "g1.a.x",
+            "g1.i.1.-2.0",
+            "k1.0.0",
+        ] {
             assert!(
                 matches!(Pos::parse(Some(bad)), Err(EngineError::InvalidInput { .. })),
                 "{bad}"
@@ -218,7 +226,10 @@ mod tests {
                 ],
             ),
             (
-                &[("completed", Some("success")), ("completed", Some("failure"))],
+                &[
+                    ("completed", Some("success")),
+                    ("completed", Some("failure")),
+                ],
                 &[
                     "started step 1: s1",
                     "finished step 1: s1 (success)",
@@ -234,8 +245,8 @@ mod tests {
 
     #[test]
     fn the_published_job_has_every_step_finished() {
-        let j: Job = serde_json::from_value(fixture("job-paginated.json")["jobs"][0].clone())
-            .unwrap();
+        let j: Job =
+            serde_json::from_value(fixture("job-paginated.json")["jobs"][0].clone()).unwrap();
         let events = step_events(&j);
         assert_eq!(events.len(), 2 * j.steps.len());
         assert_eq!(events[0], "started step 1: Set up job");
@@ -275,10 +286,7 @@ mod tests {
     fn log_pieces_become_whole_lines() {
         let log = "\u{feff}2020-01-20T17:42:40.1234567Z ##[group]Run actions/checkout@v2\r\n2020-01-20T17:42:41.0000000Z done\npartial";
         let texts = |(lines, used): (Vec<LogLine>, usize)| {
-            (
-                lines.into_iter().map(|l| l.text).collect::<Vec<_>>(),
-                used,
-            )
+            (lines.into_iter().map(|l| l.text).collect::<Vec<_>>(), used)
         };
         let (t, used) = texts(split(log.as_bytes(), 0, false, false, 100, "build"));
         assert_eq!(
@@ -288,7 +296,11 @@ mod tests {
                 "2020-01-20T17:42:41.0000000Z done"
             ]
         );
-        assert_eq!(&log.as_bytes()[used..], b"partial", "the unended line waits");
+        assert_eq!(
+            &log.as_bytes()[used..],
+            b"partial",
+            "the unended line waits"
+        );
         let (t, used) = texts(split(log.as_bytes(), 0, true, false, 100, "build"));
         assert_eq!(t.last().unwrap(), "partial");
         assert_eq!(used, log.len());

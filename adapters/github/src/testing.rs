@@ -817,8 +817,9 @@ fn job_log(s: &mut State, job: &str) -> (StatusCode, Value) {
         return not_found();
     };
     if found["status"] != "completed" {
-        s.violations
-            .push(format!("GET …/actions/jobs/{id}/logs: the job has not completed"));
+        s.violations.push(format!(
+            "GET …/actions/jobs/{id}/logs: the job has not completed"
+        ));
         return not_found();
     }
     (

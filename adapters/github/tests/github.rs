@@ -736,7 +736,11 @@ async fn drain(
         let page = p.logs(run, cursor.as_deref(), limit).await.unwrap();
         assert!(page.lines.len() <= limit);
         let empty = page.lines.is_empty();
-        all.extend(page.lines.into_iter().map(|l| format!("{}: {}", l.source, l.text)));
+        all.extend(
+            page.lines
+                .into_iter()
+                .map(|l| format!("{}: {}", l.source, l.text)),
+        );
         cursor = Some(page.cursor);
         if empty || page.complete {
             return (all, cursor, page.complete);
@@ -748,14 +752,22 @@ async fn drain(
 async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
     let d = Double::start().await;
     let p = pipeline(&d, json!({})).await;
-    let run = p.start(request("tg-logs", json!({"version": "1"}))).await.unwrap();
+    let run = p
+        .start(request("tg-logs", json!({"version": "1"})))
+        .await
+        .unwrap();
     let id = run_id(&run);
     d.set_run(id, "in_progress", None);
     d.set_jobs(
         id,
         json!([
             job(2, "test", "queued", &[]),
-            job(1, "build", "in_progress", &[("completed", Some("success")), ("in_progress", None)]),
+            job(
+                1,
+                "build",
+                "in_progress",
+                &[("completed", Some("success")), ("in_progress", None)]
+            ),
         ]),
     );
     let (first, cursor, complete) = drain(&p, &run, None, 100).await;
@@ -768,7 +780,10 @@ async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
         ]
     );
     assert!(!complete);
-    assert!(d.downloads().is_empty(), "no log is asked for a running job");
+    assert!(
+        d.downloads().is_empty(),
+        "no log is asked for a running job"
+    );
 
     // build finishes (its log is kept); test starts.
     let build_log = "\u{feff}2026-12-04T06:00:00.0000000Z ##[group]Run ./build.sh\n2026-12-04T06:00:01.0000000Z compiled 3 crates\n2026-12-04T06:00:02.0000000Z ##[endgroup]\n";
@@ -776,7 +791,15 @@ async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
     d.set_jobs(
         id,
         json!([
-            job(1, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]),
+            job(
+                1,
+                "build",
+                "completed",
+                &[
+                    ("completed", Some("success")),
+                    ("completed", Some("success"))
+                ]
+            ),
             job(2, "test", "in_progress", &[("in_progress", None)]),
         ]),
     );
@@ -799,11 +822,22 @@ async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
         "logs are read by range: {downloads:?}"
     );
 
-    d.set_job_log(2, "2026-12-04T06:01:00.0000000Z 12 passed\nno newline at the end");
+    d.set_job_log(
+        2,
+        "2026-12-04T06:01:00.0000000Z 12 passed\nno newline at the end",
+    );
     d.set_jobs(
         id,
         json!([
-            job(1, "build", "completed", &[("completed", Some("success")), ("completed", Some("success"))]),
+            job(
+                1,
+                "build",
+                "completed",
+                &[
+                    ("completed", Some("success")),
+                    ("completed", Some("success"))
+                ]
+            ),
             job(2, "test", "completed", &[("completed", Some("success"))]),
         ]),
     );
@@ -843,7 +877,10 @@ async fn job_logs_are_step_events_while_running_then_the_log_each_line_once() {
 async fn a_job_whose_log_is_gone_gets_a_note_and_the_next_job_is_read() {
     let d = Double::start().await;
     let p = pipeline(&d, json!({})).await;
-    let run = p.start(request("tg-logs-gone", json!({"version": "1"}))).await.unwrap();
+    let run = p
+        .start(request("tg-logs-gone", json!({"version": "1"})))
+        .await
+        .unwrap();
     let id = run_id(&run);
     d.set_run(id, "completed", Some("success"));
     d.set_jobs(
@@ -857,7 +894,10 @@ async fn a_job_whose_log_is_gone_gets_a_note_and_the_next_job_is_read() {
     let (lines, _, complete) = drain(&p, &run, None, 100).await;
     assert!(complete);
     assert_eq!(lines.len(), 6, "{lines:?}");
-    assert!(lines[2].starts_with("taskgate: GitHub keeps no log of job old"), "{lines:?}");
+    assert!(
+        lines[2].starts_with("taskgate: GitHub keeps no log of job old"),
+        "{lines:?}"
+    );
     assert_eq!(lines[5], "new: kept");
     d.assert_clean();
 }
@@ -866,7 +906,10 @@ async fn a_job_whose_log_is_gone_gets_a_note_and_the_next_job_is_read() {
 async fn an_unchanged_run_is_asked_with_its_etags_and_spends_no_budget() {
     let d = Double::start().await;
     let p = pipeline(&d, json!({})).await;
-    let run = p.start(request("tg-etag", json!({"version": "1"}))).await.unwrap();
+    let run = p
+        .start(request("tg-etag", json!({"version": "1"})))
+        .await
+        .unwrap();
     let id = run_id(&run);
     d.set_run(id, "in_progress", None);
     let first = p.read(&run).await.unwrap();
@@ -883,7 +926,9 @@ async fn an_unchanged_run_is_asked_with_its_etags_and_spends_no_budget() {
     }
     let seen = d.seen();
     assert_eq!(seen.len(), 6, "the run and its jobs, three times: {seen:?}");
-    assert!(seen.iter().all(|r| r.if_none_match.is_some() && r.not_modified));
+    assert!(seen
+        .iter()
+        .all(|r| r.if_none_match.is_some() && r.not_modified));
     assert_eq!(d.remaining(), before, "304s spend no rate budget");
 
     // A change is seen on the next ask, read in full.
