@@ -273,9 +273,12 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
 async fn mcp(
     State(gw): State<Arc<Gateway>>,
     Extension(oauth): OAuth,
-    headers: HeaderMap,
-    body: axum::body::Body,
+    request: axum::extract::Request,
 ) -> Response {
+    // The request taken apart, not its headers extracted: extracting a
+    // `HeaderMap` copies every header of every request.
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
         if !host_allowed(&gw, host) {
             return forbidden("Host not allowed");
@@ -351,15 +354,35 @@ async fn read_body(
     }
     let read = async {
         let mut stream = body.into_data_stream();
-        let mut buffer = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        // A body that arrives in one chunk (the usual case) is that chunk,
+        // without a copy; only a body in several pieces is put together.
+        let mut first: Option<Bytes> = None;
+        let mut buffer = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|_| closing(400, "the request body was cut off"))?;
-            if buffer.len() + chunk.len() > limit {
+            let so_far = first.as_ref().map_or(0, Bytes::len) + buffer.len();
+            if so_far + chunk.len() > limit {
                 return Err(too_large());
             }
-            buffer.extend_from_slice(&chunk);
+            match &first {
+                None if buffer.is_empty() => first = Some(chunk),
+                _ => {
+                    if let Some(head) = first.take() {
+                        buffer.reserve(
+                            declared
+                                .map_or(0, |n| n as usize)
+                                .max(head.len() + chunk.len()),
+                        );
+                        buffer.extend_from_slice(&head);
+                    }
+                    buffer.extend_from_slice(&chunk);
+                }
+            }
         }
-        Ok(Bytes::from(buffer))
+        Ok(match first {
+            Some(whole) => whole,
+            None => Bytes::from(buffer),
+        })
     };
     match tokio::time::timeout(server.body_read_timeout, read).await {
         Ok(outcome) => outcome,

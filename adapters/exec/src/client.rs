@@ -464,7 +464,7 @@ impl Spool {
             .transpose()?
             .unwrap_or_default();
         let dir = self.run_dir(name)?;
-        if ours::<Meta>(&dir, META)?.is_none() {
+        if RunFiles::new(&dir).record::<Meta>(META)?.is_none() {
             return Err(EngineError::NotFound);
         }
         // Looked at before the tails: once the exit is recorded the tails are
@@ -518,15 +518,18 @@ impl Spool {
     }
 
     fn view_once(&self, dir: &Path) -> Result<SpoolView, EngineError> {
-        let meta: Option<Meta> = ours(dir, META)?;
+        let mut files = RunFiles::new(dir);
+        let meta: Option<Meta> = files.record(META)?;
         if meta.is_none() {
             return Ok(SpoolView::default());
         }
-        let supervisor: Option<ProcRecord> = ours(dir, SUPERVISOR)?;
-        let child: Option<ProcRecord> = ours(dir, PID)?;
-        let exit = ours(dir, EXIT)?;
-        let cancelled_at = modified(&dir.join(CANCELLED));
-        let child_now = child.as_ref().and_then(|c| proc::start_time(c.pid));
+        let supervisor: Option<ProcRecord> = files.record(SUPERVISOR)?;
+        let child: Option<ProcRecord> = files.record(PID)?;
+        let exit = files.record(EXIT)?;
+        let cancelled_at = files.at(CANCELLED, modified);
+        let child_now = child
+            .as_ref()
+            .and_then(|c| proc::start_time_with(c.pid, &mut files.buffer));
         // While the process runs on (not ended, not cancelled), its supervisor's
         // liveness decides nothing: it is not looked up.
         let child_runs =
@@ -534,15 +537,18 @@ impl Spool {
         let supervisor_now = if child_runs {
             None
         } else {
-            supervisor.as_ref().and_then(|s| proc::start_time(s.pid))
+            supervisor
+                .as_ref()
+                .and_then(|s| proc::start_time_with(s.pid, &mut files.buffer))
         };
-        let (status, status_at) = read_status(&dir.join(STATUS));
-        let input = dir.join(INPUT_DIR);
+        let (status, status_at) = files.at(STATUS, read_status);
         // Every record in the folders is written by a rename, a link or a create,
         // each of which sets its folder's mtime: the two folders' mtimes and the
         // status file's (which the process may rewrite in place) are the newest
         // change, without a look at each file.
-        let updated_at = [modified(dir), modified(&input), status_at]
+        let (input_at, requests) =
+            files.at(INPUT_DIR, |input| (modified(input), read_requests(input)));
+        let updated_at = [modified(dir), input_at, status_at]
             .into_iter()
             .flatten()
             .max();
@@ -554,7 +560,7 @@ impl Spool {
             child,
             cancelled_at,
             status,
-            requests: read_requests(&input),
+            requests,
             updated_at,
             ..SpoolView::default()
         };
@@ -573,6 +579,56 @@ impl Spool {
         }
         view.exit = exit;
         Ok(view)
+    }
+}
+
+/// The files of one run folder as one read sees them: one path, extended by
+/// each file's name in turn, and one buffer the records are read into (a
+/// poll reads about ten files; each no longer costs a path and a buffer).
+struct RunFiles {
+    /// The folder's path and a `/`, then the name of the file being read.
+    path: Vec<u8>,
+    /// Where the folder's path ends.
+    folder: usize,
+    buffer: Vec<u8>,
+}
+
+impl RunFiles {
+    fn new(dir: &Path) -> Self {
+        use std::os::unix::ffi::OsStrExt as _;
+        let folder = dir.as_os_str().as_bytes();
+        let mut path = Vec::with_capacity(folder.len() + 32);
+        path.extend_from_slice(folder);
+        path.push(b'/');
+        Self {
+            folder: path.len(),
+            path,
+            buffer: Vec::with_capacity(4096),
+        }
+    }
+
+    /// `f` of the path of the folder's entry `name`.
+    fn at<R>(&mut self, name: &str, f: impl FnOnce(&Path) -> R) -> R {
+        use std::os::unix::ffi::OsStrExt as _;
+        self.path.truncate(self.folder);
+        self.path.extend_from_slice(name.as_bytes());
+        f(Path::new(std::ffi::OsStr::from_bytes(&self.path)))
+    }
+
+    /// A record taskgate itself wrote (whole, by rename); `None` when it is
+    /// not there.
+    fn record<T: serde::de::DeserializeOwned>(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<T>, EngineError> {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let read = self.at(name, |path| layout::read_json_with(path, &mut buffer));
+        self.buffer = buffer;
+        read.or_else(|e| match e.kind() {
+            // The folder vanished under us (retention on another replica).
+            ErrorKind::NotFound | ErrorKind::NotADirectory => Ok(None),
+            _ => Err(map_error(Action::Record(name), e)),
+        })
     }
 }
 
@@ -681,15 +737,6 @@ fn tree_bytes(dir: &Path) -> u64 {
 /// The mtime of `path`, when it exists (one stat).
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Reads a record taskgate itself wrote (whole, by rename).
-fn ours<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, EngineError> {
-    layout::read_json(&dir.join(name)).or_else(|e| match e.kind() {
-        // The folder vanished under us (retention on another replica).
-        ErrorKind::NotFound | ErrorKind::NotADirectory => Ok(None),
-        _ => Err(map_error(Action::Record(name), e)),
-    })
 }
 
 /// The status file: JSON `{"message", "progress", "total"}`, a JSON string, or

@@ -13,32 +13,49 @@ use crate::layout::ProcRecord;
 /// the live process `pid`; `None` when there is no such process or it is a
 /// zombie (dead, not yet reaped).
 pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    let stat = crate::layout::read_small(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
-    // The command name may hold any bytes; the fields after it are ASCII.
-    parse_stat(&String::from_utf8_lossy(&stat))
+    let mut buffer = Vec::new();
+    start_time_with(pid, &mut buffer)
+}
+
+/// [`start_time`], reading into `buffer` (a read of many records reuses one).
+pub(crate) fn start_time_with(pid: i32, buffer: &mut Vec<u8>) -> Option<u64> {
+    use std::io::Write as _;
+    let mut path = [0u8; 32];
+    let len = {
+        let mut cursor = std::io::Cursor::new(&mut path[..]);
+        write!(cursor, "/proc/{pid}/stat").ok()?;
+        usize::try_from(cursor.position()).ok()?
+    };
+    let path = std::str::from_utf8(&path[..len]).ok()?;
+    crate::layout::read_into(Path::new(path), buffer).ok()?;
+    parse_stat_bytes(buffer)
 }
 
 /// Parses a `/proc/<pid>/stat` line into the start time of a live process.
-/// The command name (field 2) is in parentheses and may itself contain spaces
-/// and parentheses, so fields are counted from the last `)`.
-pub(crate) fn parse_stat(stat: &str) -> Option<u64> {
+/// The command name (field 2) is in parentheses and may itself contain spaces,
+/// parentheses and any bytes, so fields are counted from the last `)`; the
+/// fields after it are ASCII, so nothing needs to be valid UTF-8.
+fn parse_stat_bytes(stat: &[u8]) -> Option<u64> {
     let (state, start) = parse_stat_fields(stat)?;
-    (!matches!(state, "Z" | "X" | "x")).then_some(start)
+    (!matches!(state, b"Z" | b"X" | b"x")).then_some(start)
 }
 
 /// The state (field 3) and start time (field 22) of a `/proc/<pid>/stat` line.
-fn parse_stat_fields(stat: &str) -> Option<(&str, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
+fn parse_stat_fields(stat: &[u8]) -> Option<(&[u8], u64)> {
+    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let mut fields = rest
+        .split(u8::is_ascii_whitespace)
+        .filter(|field| !field.is_empty());
     // Field 3 is the state; field 22 is 19 fields later.
     let state = fields.next()?;
-    Some((state, fields.nth(18)?.parse().ok()?))
+    let start = std::str::from_utf8(fields.nth(18)?).ok()?.parse().ok()?;
+    Some((state, start))
 }
 
 /// The start time of `pid` even when it is a zombie: for recording a child
 /// that may already have exited before its parent looked.
 pub(crate) fn start_time_any(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     parse_stat_fields(&stat).map(|(_, start)| start)
 }
 
@@ -69,10 +86,13 @@ mod tests {
     fn parses_field_22_after_a_tricky_name() {
         let line =
             "1234 (a) b (c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_stat(line), Some(987_654));
+        assert_eq!(parse_stat_bytes(line.as_bytes()), Some(987_654));
         let zombie = "1234 (sh) Z 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 0 0";
-        assert_eq!(parse_stat(zombie), None);
-        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat_bytes(zombie.as_bytes()), None);
+        assert_eq!(parse_stat_bytes(b"garbage"), None);
+        // A name that is not UTF-8 does not matter.
+        let odd = b"77 (\xff\xfe) R 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 4242 0 0";
+        assert_eq!(parse_stat_bytes(odd), Some(4242));
     }
 
     #[test]
