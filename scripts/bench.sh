@@ -135,6 +135,7 @@ done
 post26 tasks/get "$task26" '{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"'"$task26"'",'"$META"'}}' | grep -q '"status":"working"'
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+sys_ticks() { awk '{ print $15 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; }
@@ -146,11 +147,13 @@ idle_rss=$(rss_kb "$tg_pid")
 results=()
 run() {
     local name=$1 pid=$2 target=$3 lua=$4 conns=$5
-    local c0 c1 e0 e1 out reqs p50 p99 errors rps cpu_us calls
+    local c0 c1 s0 s1 e0 e1 out reqs p50 p99 errors rps cpu_us sys_us calls
     c0=$(cpu_ticks "$pid")
+    s0=$(sys_ticks "$pid")
     e0=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
     out=$(wrk -t"$threads" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
     c1=$(cpu_ticks "$pid")
+    s1=$(sys_ticks "$pid")
     e1=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
     reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
     p50=$(sed -n 's/^BENCH .* p50=\([0-9.]*\).*/\1/p' <<<"$out")
@@ -159,15 +162,16 @@ run() {
     [ -n "$reqs" ] || { echo "wrk failed: $out" >&2; exit 1; }
     rps=$(( reqs / seconds ))
     cpu_us=$(awk -v t=$(( c1 - c0 )) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+    sys_us=$(awk -v t=$(( s1 - s0 )) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
     calls=$( [ "$pid" = "$tg_pid" ] && awk -v e=$(( e1 - e0 )) -v n="$reqs" 'BEGIN { printf "%.3f", e / n }' || echo "-")
     last_rps=$rps
     last_cpu=$cpu_us
-    printf '%-28s %5s %9s %8s %8s %10s %9s %7s\n' "$name" "$conns" "$rps" "$p50" "$p99" "$cpu_us" "$calls" "$errors"
+    printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "$name" "$conns" "$rps" "$p50" "$p99" "$cpu_us" "$sys_us" "$calls" "$errors"
 }
 
 echo
 echo "taskgate $( "$bin" --version | awk '{print $2}' ) — $(nproc) cores, wrk -t$threads, ${seconds}s per run"
-printf '%-28s %5s %9s %8s %8s %10s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "calls/req" "errors"
+printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "sys µs" "calls/req" "errors"
 for conns in 16 64; do
     run "baseline (bare axum)" "$base_pid" "http://127.0.0.1:$base_port/mcp" "$work/get26.lua" "$conns"
     b_rps=$last_rps b_cpu=$last_cpu

@@ -15,15 +15,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use taskgate_engine::{
-    spec_hash, EngineError, InputRequest, InputResponse, LogLine, LogPage, NativeRef, RunState,
-    Snapshot, MAX_PAGE_BYTES,
+    spec_hash, EngineError, InputResponse, LogLine, LogPage, NativeRef, RunState, Snapshot,
+    MAX_PAGE_BYTES,
 };
 
 use crate::config::{Settings, ToolTarget};
+use crate::folder::RunFolder;
 use crate::layout::{
-    self, to_ms, CommandSpec, Meta, ProcRecord, StatusFile, ARGS, CANCELLED, COMMAND, EXIT,
-    INPUT_DIR, META, PID, REQUEST_SUFFIX, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL,
-    STDOUT_TAIL, SUPERVISOR,
+    self, to_ms, CommandSpec, ExitRecord, Meta, ProcRecord, StatusFile, ARGS, CANCELLED, COMMAND,
+    EXIT, INPUT_DIR, META, PID, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL, STDOUT_TAIL,
+    SUPERVISOR,
 };
 use crate::proc;
 use crate::translate::{self, split_lines, translate, LogCursor, SpoolView, Translation};
@@ -464,7 +465,15 @@ impl Spool {
             .transpose()?
             .unwrap_or_default();
         let dir = self.run_dir(name)?;
-        if RunFiles::new(&dir).record::<Meta>(META)?.is_none() {
+        let meta = match RunFolder::open(&dir) {
+            Ok(Some(mut folder)) => folder.record::<Meta>(META),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if meta
+            .map_err(|e| map_error(Action::Record(META), e))?
+            .is_none()
+        {
             return Err(EngineError::NotFound);
         }
         // Looked at before the tails: once the exit is recorded the tails are
@@ -518,18 +527,21 @@ impl Spool {
     }
 
     fn view_once(&self, dir: &Path) -> Result<SpoolView, EngineError> {
-        let mut files = RunFiles::new(dir);
-        let meta: Option<Meta> = files.record(META)?;
+        let record_error = |name| move |e| map_error(Action::Record(name), e);
+        let Some(mut folder) = RunFolder::open(dir).map_err(record_error(META))? else {
+            return Ok(SpoolView::default());
+        };
+        let meta: Option<Meta> = folder.record(META).map_err(record_error(META))?;
         if meta.is_none() {
             return Ok(SpoolView::default());
         }
-        let supervisor: Option<ProcRecord> = files.record(SUPERVISOR)?;
-        let child: Option<ProcRecord> = files.record(PID)?;
-        let exit = files.record(EXIT)?;
-        let cancelled_at = files.at(CANCELLED, modified);
-        let child_now = child
-            .as_ref()
-            .and_then(|c| proc::start_time_with(c.pid, &mut files.buffer));
+        let supervisor: Option<ProcRecord> = folder
+            .record(SUPERVISOR)
+            .map_err(record_error(SUPERVISOR))?;
+        let child: Option<ProcRecord> = folder.record(PID).map_err(record_error(PID))?;
+        let exit: Option<ExitRecord> = folder.record(EXIT).map_err(record_error(EXIT))?;
+        let cancelled_at = folder.modified_at(CANCELLED);
+        let child_now = child.as_ref().and_then(|c| folder.start_time(c.pid));
         // While the process runs on (not ended, not cancelled), its supervisor's
         // liveness decides nothing: it is not looked up.
         let child_runs =
@@ -537,18 +549,15 @@ impl Spool {
         let supervisor_now = if child_runs {
             None
         } else {
-            supervisor
-                .as_ref()
-                .and_then(|s| proc::start_time_with(s.pid, &mut files.buffer))
+            supervisor.as_ref().and_then(|s| folder.start_time(s.pid))
         };
-        let (status, status_at) = files.at(STATUS, read_status);
+        let (status, status_at) = status_of(folder.text(STATUS, MAX_STATUS_BYTES));
         // Every record in the folders is written by a rename, a link or a create,
         // each of which sets its folder's mtime: the two folders' mtimes and the
         // status file's (which the process may rewrite in place) are the newest
         // change, without a look at each file.
-        let (input_at, requests) =
-            files.at(INPUT_DIR, |input| (modified(input), read_requests(input)));
-        let updated_at = [modified(dir), input_at, status_at]
+        let (input_at, requests) = folder.requests(INPUT_DIR);
+        let updated_at = [folder.modified(), input_at, status_at]
             .into_iter()
             .flatten()
             .max();
@@ -579,56 +588,6 @@ impl Spool {
         }
         view.exit = exit;
         Ok(view)
-    }
-}
-
-/// The files of one run folder as one read sees them: one path, extended by
-/// each file's name in turn, and one buffer the records are read into (a
-/// poll reads about ten files; each no longer costs a path and a buffer).
-struct RunFiles {
-    /// The folder's path and a `/`, then the name of the file being read.
-    path: Vec<u8>,
-    /// Where the folder's path ends.
-    folder: usize,
-    buffer: Vec<u8>,
-}
-
-impl RunFiles {
-    fn new(dir: &Path) -> Self {
-        use std::os::unix::ffi::OsStrExt as _;
-        let folder = dir.as_os_str().as_bytes();
-        let mut path = Vec::with_capacity(folder.len() + 32);
-        path.extend_from_slice(folder);
-        path.push(b'/');
-        Self {
-            folder: path.len(),
-            path,
-            buffer: Vec::with_capacity(4096),
-        }
-    }
-
-    /// `f` of the path of the folder's entry `name`.
-    fn at<R>(&mut self, name: &str, f: impl FnOnce(&Path) -> R) -> R {
-        use std::os::unix::ffi::OsStrExt as _;
-        self.path.truncate(self.folder);
-        self.path.extend_from_slice(name.as_bytes());
-        f(Path::new(std::ffi::OsStr::from_bytes(&self.path)))
-    }
-
-    /// A record taskgate itself wrote (whole, by rename); `None` when it is
-    /// not there.
-    fn record<T: serde::de::DeserializeOwned>(
-        &mut self,
-        name: &str,
-    ) -> Result<Option<T>, EngineError> {
-        let mut buffer = std::mem::take(&mut self.buffer);
-        let read = self.at(name, |path| layout::read_json_with(path, &mut buffer));
-        self.buffer = buffer;
-        read.or_else(|e| match e.kind() {
-            // The folder vanished under us (retention on another replica).
-            ErrorKind::NotFound | ErrorKind::NotADirectory => Ok(None),
-            _ => Err(map_error(Action::Record(name), e)),
-        })
     }
 }
 
@@ -734,25 +693,18 @@ fn tree_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// The mtime of `path`, when it exists (one stat).
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
+/// How much of the status file is read.
+const MAX_STATUS_BYTES: u64 = 1 << 20;
 
 /// The status file: JSON `{"message", "progress", "total"}`, a JSON string, or
 /// plain text (its first non-empty line); and its mtime. Unreadable → none.
-fn read_status(path: &Path) -> (Option<StatusFile>, Option<SystemTime>) {
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return (None, None);
-    };
-    let at = file.metadata().and_then(|m| m.modified()).ok();
-    let mut bytes = Vec::with_capacity(512);
-    // `take`: a reader without a size hint (the size was just asked for).
-    if std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 1 << 20), &mut bytes).is_err()
-    {
-        return (None, at);
+fn status_of(
+    read: Option<(&[u8], Option<SystemTime>)>,
+) -> (Option<StatusFile>, Option<SystemTime>) {
+    match read {
+        Some((bytes, at)) => (parse_status(&String::from_utf8_lossy(bytes)), at),
+        None => (None, None),
     }
-    (parse_status(&String::from_utf8_lossy(&bytes)), at)
 }
 
 fn parse_status(text: &str) -> Option<StatusFile> {
@@ -770,28 +722,6 @@ fn parse_status(text: &str) -> Option<StatusFile> {
             })
         }
     }
-}
-
-/// Requests without a response, by key. A request that does not parse (still
-/// being written without a rename) is not there yet.
-fn read_requests(input: &Path) -> BTreeMap<String, InputRequest> {
-    let mut requests = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(input) else {
-        return requests;
-    };
-    for entry in entries.flatten() {
-        let file = entry.file_name();
-        let Some(key) = file.to_str().and_then(|f| f.strip_suffix(REQUEST_SUFFIX)) else {
-            continue;
-        };
-        if !layout::valid_input_key(key) || input.join(format!("{key}{RESPONSE_SUFFIX}")).exists() {
-            continue;
-        }
-        if let Ok(Some(request)) = layout::read_json::<InputRequest>(&entry.path()) {
-            requests.insert(key.to_owned(), request);
-        }
-    }
-    requests
 }
 
 /// The hash that decides whether two starts are the same run: the tool and
@@ -945,6 +875,12 @@ mod tests {
     fn status_file_forms() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s");
+        let read_status = |path: &Path| {
+            let mut folder = RunFolder::open(path.parent().unwrap()).unwrap().unwrap();
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let (status, at) = status_of(folder.text(name, MAX_STATUS_BYTES));
+            (status, at)
+        };
         std::fs::write(&p, r#"{"message": "m", "progress": 3, "total": 10}"#).unwrap();
         let s = read_status(&p).0.unwrap();
         assert_eq!(

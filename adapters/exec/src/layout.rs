@@ -217,32 +217,16 @@ pub(crate) fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std
 /// Reading through `take` keeps the size question away and reads into the
 /// buffer's spare capacity without zeroing it first.
 pub(crate) fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(4096);
-    read_into(path, &mut bytes)?;
-    Ok(bytes)
-}
-
-/// Reads `path` whole into `buffer`, replacing what it held: a read of many
-/// small files reuses one buffer instead of allocating one per file.
-pub(crate) fn read_into(path: &Path, buffer: &mut Vec<u8>) -> std::io::Result<()> {
-    buffer.clear();
     let file = std::fs::File::open(path)?;
-    file.take(u64::MAX).read_to_end(buffer)?;
-    Ok(())
+    let mut bytes = Vec::with_capacity(4096);
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Reads and parses `path`; `Ok(None)` when it does not exist.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
-    read_json_with(path, &mut Vec::with_capacity(4096))
-}
-
-/// [`read_json`], reading into `buffer`.
-pub(crate) fn read_json_with<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    buffer: &mut Vec<u8>,
-) -> std::io::Result<Option<T>> {
-    match read_into(path, buffer) {
-        Ok(()) => serde_json::from_slice(buffer)
+    match read_small(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -27,6 +27,7 @@
 
 mod client;
 mod config;
+mod folder;
 mod layout;
 mod proc;
 mod supervisor;

@@ -1,0 +1,202 @@
+//! One read of a run folder, with as few system calls as the files allow.
+//!
+//! A poll reads about ten entries of the run's folder. Each is opened relative
+//! to one descriptor of the folder (`openat`), so the kernel walks the spool's
+//! path once per read instead of once per file; the records are read into one
+//! buffer, with one `read` each when they fit; the folder's own times come from
+//! its descriptor. Nothing outlives the read: the descriptors close with it.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, OFlag};
+use nix::sys::stat::{self, FileStat, Mode};
+
+use taskgate_engine::InputRequest;
+
+use crate::layout::{self, REQUEST_SUFFIX, RESPONSE_SUFFIX};
+
+/// The most a record or a `/proc` stat line is expected to take; a larger file
+/// is still read whole, with more reads.
+const RECORD_BYTES: usize = 2048;
+
+/// Where one read's files are read into: a block zeroed once, and room for a
+/// file larger than it.
+pub(crate) struct Buffer {
+    block: Vec<u8>,
+    larger: Vec<u8>,
+}
+
+impl Buffer {
+    pub(crate) fn new() -> Self {
+        Self {
+            block: vec![0; RECORD_BYTES],
+            larger: Vec::new(),
+        }
+    }
+}
+
+/// An open run folder.
+pub(crate) struct RunFolder {
+    dir: OwnedFd,
+    buffer: Buffer,
+}
+
+impl RunFolder {
+    /// Opens the folder `dir`; `Ok(None)` when it is not there (never made, or
+    /// removed after its retention, perhaps by another replica).
+    ///
+    /// # Errors
+    ///
+    /// The system's error for a folder that exists but cannot be opened.
+    pub(crate) fn open(dir: &Path) -> std::io::Result<Option<Self>> {
+        match fcntl::open(dir, directory_flags(), Mode::empty()) {
+            Ok(dir) => Ok(Some(Self {
+                dir,
+                buffer: Buffer::new(),
+            })),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The folder's mtime.
+    pub(crate) fn modified(&self) -> Option<SystemTime> {
+        stat::fstat(&self.dir).ok().and_then(|s| mtime(&s))
+    }
+
+    /// The mtime of the entry `name`, when it exists.
+    pub(crate) fn modified_at(&self, name: &str) -> Option<SystemTime> {
+        stat::fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .ok()
+            .and_then(|s| mtime(&s))
+    }
+
+    /// Parses the record `name` (written whole, by rename); `Ok(None)` when it
+    /// is not there.
+    ///
+    /// # Errors
+    ///
+    /// The system's error for a file that cannot be read, `InvalidData` for
+    /// one that does not parse.
+    pub(crate) fn record<T: serde::de::DeserializeOwned>(
+        &mut self,
+        name: &str,
+    ) -> std::io::Result<Option<T>> {
+        let Some(file) = open_in(&self.dir, name)? else {
+            return Ok(None);
+        };
+        let bytes = read_whole(file, &mut self.buffer)?;
+        serde_json::from_slice(bytes)
+            .map(Some)
+            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+    }
+
+    /// The text of the entry `name` (at most `limit` bytes) and its mtime;
+    /// `None` when it is not there or cannot be read.
+    pub(crate) fn text(&mut self, name: &str, limit: u64) -> Option<(&[u8], Option<SystemTime>)> {
+        let file = open_in(&self.dir, name).ok()??;
+        let at = stat::fstat(&file).ok().and_then(|s| mtime(&s));
+        let larger = &mut self.buffer.larger;
+        larger.clear();
+        file.take(limit).read_to_end(larger).ok()?;
+        Some((larger, at))
+    }
+
+    /// The start time of the live process `pid` (`/proc`), read into this
+    /// read's buffer.
+    pub(crate) fn start_time(&mut self, pid: i32) -> Option<u64> {
+        crate::proc::start_time_with(pid, &mut self.buffer)
+    }
+
+    /// The folder `name`'s mtime and its requests without a response, by key.
+    /// A request that does not parse (still being written without a rename)
+    /// is not there yet. A missing folder has none.
+    pub(crate) fn requests(
+        &mut self,
+        name: &str,
+    ) -> (Option<SystemTime>, BTreeMap<String, InputRequest>) {
+        let mut requests = BTreeMap::new();
+        let Ok(mut input) = Dir::openat(&self.dir, name, directory_flags(), Mode::empty()) else {
+            return (None, requests);
+        };
+        let at = stat::fstat(input.as_fd()).ok().and_then(|s| mtime(&s));
+        let keys: Vec<String> = input
+            .iter()
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let name = entry.file_name().to_str().ok()?;
+                let key = name.strip_suffix(REQUEST_SUFFIX)?;
+                layout::valid_input_key(key).then(|| key.to_owned())
+            })
+            .collect();
+        for key in keys {
+            let answered = stat::fstatat(
+                input.as_fd(),
+                format!("{key}{RESPONSE_SUFFIX}").as_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .is_ok();
+            if answered {
+                continue;
+            }
+            let Ok(Some(file)) = open_in(&input, &format!("{key}{REQUEST_SUFFIX}")) else {
+                continue;
+            };
+            let Ok(bytes) = read_whole(file, &mut self.buffer) else {
+                continue;
+            };
+            if let Ok(request) = serde_json::from_slice::<InputRequest>(bytes) {
+                requests.insert(key, request);
+            }
+        }
+        (at, requests)
+    }
+}
+
+fn directory_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC
+}
+
+/// Opens the file `name` of the folder `dir`; `Ok(None)` when it is not there
+/// (or the folder went away under us).
+fn open_in(dir: impl AsFd, name: &str) -> std::io::Result<Option<File>> {
+    match fcntl::openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads `file` whole into `buffer`. A record is written whole and renamed
+/// into place, and the kernel writes a `/proc` stat line whole, so a read
+/// that returns less than the block has it all: one `read`, and no second
+/// one to see the end. A file that fills the block is read on to its end.
+pub(crate) fn read_whole(mut file: File, buffer: &mut Buffer) -> std::io::Result<&[u8]> {
+    let n = loop {
+        match file.read(&mut buffer.block) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if n < buffer.block.len() {
+        return Ok(&buffer.block[..n]);
+    }
+    buffer.larger.clear();
+    buffer.larger.extend_from_slice(&buffer.block);
+    file.read_to_end(&mut buffer.larger)?;
+    Ok(&buffer.larger)
+}
+
+fn mtime(stat: &FileStat) -> Option<SystemTime> {
+    let secs = u64::try_from(stat.st_mtime).ok()?;
+    let nanos = u32::try_from(stat.st_mtime_nsec).ok()?;
+    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+}
