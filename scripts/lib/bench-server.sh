@@ -6,7 +6,9 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    # The bench task's supervisor and process run detached: stop them too.
+    # The bench tasks' supervisors and processes run detached: stop them too,
+    # the processes first (a process outlives its killed supervisor).
+    for s in $(pgrep -f "$work/spool" 2>/dev/null); do pkill -P "$s" 2>/dev/null || true; done
     pkill -f "$work/spool" 2>/dev/null || true
     rm -rf "$work"
 }

@@ -314,15 +314,8 @@ pub fn caller_tag(caller: &str) -> String {
 /// The last characters of a handle, for logs (never the whole bearer secret).
 #[must_use]
 pub fn short(handle: &str) -> String {
-    let tail: String = handle
-        .chars()
-        .rev()
-        .take(8)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("…{tail}")
+    let start = handle.char_indices().rev().nth(7).map_or(0, |(at, _)| at);
+    format!("…{}", &handle[start..])
 }
 
 /// Milliseconds since the Unix epoch.
@@ -336,6 +329,14 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_keeps_the_last_eight_characters() {
+        assert_eq!(short("tg1.k1.abcdefghijkl"), "…efghijkl");
+        assert_eq!(short("abc"), "…abc");
+        assert_eq!(short("ééééééééé"), "…éééééééé");
+        assert_eq!(short(""), "…");
+    }
 
     fn ring(pairs: &[(&str, &str)]) -> Keyring {
         let pairs: Vec<(String, String)> = pairs

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
@@ -18,7 +18,7 @@ use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
 use super::wire::{
-    call_tool_result, server_info, timestamp, tool_entry, Outbound, Version, INSTRUCTIONS,
+    call_tool_result, header, server_info, timestamp, tool_entry, Outbound, Version, INSTRUCTIONS,
     META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
@@ -52,7 +52,7 @@ pub async fn handle(
     if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
         // A header that disagrees with the body is a HeaderMismatch, whether or
         // not the body's version is served.
-        require_header(headers, "mcp-protocol-version", version)?;
+        require_header(headers, &header::PROTOCOL_VERSION, version)?;
     }
     let declared = check_meta(params)?;
     if let Some(headers) = headers {
@@ -122,7 +122,7 @@ fn missing_elicitation() -> RpcError {
 }
 
 fn check_meta(params: &Value) -> Result<Declared, RpcError> {
-    let meta = params.get("_meta").cloned().unwrap_or(Value::Null);
+    let meta = params.get("_meta").unwrap_or(&Value::Null);
     let version = meta
         .get(META_VERSION)
         .and_then(Value::as_str)
@@ -157,7 +157,7 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
 /// Decodes a header value, including the `=?base64?…?=` form for non-ASCII values.
 fn header_value<'h>(
     headers: &'h HeaderMap,
-    name: &str,
+    name: impl axum::http::header::AsHeaderName,
 ) -> Option<Result<std::borrow::Cow<'h, str>, ()>> {
     let raw = headers.get(name)?;
     let Ok(text) = raw.to_str() else {
@@ -180,7 +180,14 @@ fn header_value<'h>(
     Some(Ok(std::borrow::Cow::Borrowed(text)))
 }
 
-fn require_header(headers: &HeaderMap, name: &str, expected: &str) -> Result<(), RpcError> {
+fn require_header(headers: &HeaderMap, name: &HeaderName, expected: &str) -> Result<(), RpcError> {
+    // The usual case first: the header carries the body's value as it is.
+    if headers
+        .get(name)
+        .is_some_and(|v| v.as_bytes() == expected.as_bytes())
+    {
+        return Ok(());
+    }
     match header_value(headers, name) {
         None => Err(RpcError::HeaderMismatch(format!(
             "the {name} header is required"
@@ -202,8 +209,8 @@ fn check_headers(
     params: &Value,
 ) -> Result<(), RpcError> {
     let version = params["_meta"][META_VERSION].as_str().unwrap_or_default();
-    require_header(headers, "mcp-protocol-version", version)?;
-    require_header(headers, "mcp-method", method)?;
+    require_header(headers, &header::PROTOCOL_VERSION, version)?;
+    require_header(headers, &header::METHOD, method)?;
     let name_field = match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -215,7 +222,7 @@ fn check_headers(
             .get(field)
             .and_then(Value::as_str)
             .unwrap_or_default();
-        require_header(headers, "mcp-name", expected)?;
+        require_header(headers, &header::NAME, expected)?;
     }
     if method == "tools/call" {
         if let Some(tool) = params
@@ -532,46 +539,51 @@ pub fn detailed_task(
         .poll_hint
         .unwrap_or_default()
         .max(tool.config.poll_interval);
-    let mut task = json!({
-        "resultType": "complete",
-        "taskId": task_id,
-        "createdAt": timestamp(created),
-        "lastUpdatedAt": timestamp(updated),
-        "ttlMs": claims.ttl_ms,
-    });
+    // Built member by member into one map: `json!` and `task["…"] = …` would
+    // each make and look up more than the reply needs.
+    let mut task = Map::new();
+    let mut put = |key: &str, value: Value| {
+        task.insert(key.to_owned(), value);
+    };
+    put("resultType", Value::from("complete"));
+    put("taskId", Value::from(task_id));
+    put("createdAt", Value::String(timestamp(created)));
+    put("lastUpdatedAt", Value::String(timestamp(updated)));
+    put("ttlMs", Value::from(claims.ttl_ms));
+    let poll_ms = Value::from(poll.as_millis() as u64);
     match &snapshot.state {
         RunState::Working { message, .. } => {
-            task["status"] = json!("working");
-            task["pollIntervalMs"] = json!(poll.as_millis() as u64);
+            put("status", Value::from("working"));
+            put("pollIntervalMs", poll_ms);
             if let Some(m) = message {
-                task["statusMessage"] = json!(m);
+                put("statusMessage", Value::from(m.as_str()));
             }
         }
         RunState::InputRequired { requests, message } => {
-            task["status"] = json!("input_required");
-            task["pollIntervalMs"] = json!(poll.as_millis() as u64);
+            put("status", Value::from("input_required"));
+            put("pollIntervalMs", poll_ms);
             if let Some(m) = message {
-                task["statusMessage"] = json!(m);
+                put("statusMessage", Value::from(m.as_str()));
             }
-            task["inputRequests"] = input_requests(requests);
+            put("inputRequests", input_requests(requests));
         }
         RunState::Completed(output) => {
-            task["status"] = json!("completed");
+            put("status", Value::from("completed"));
             let mut result = call_tool_result(output, Version::V2026_07_28);
             result["resultType"] = json!("complete");
-            task["result"] = result;
+            put("result", result);
         }
         RunState::Failed { message } => {
-            task["status"] = json!("failed");
-            task["statusMessage"] = json!(message);
-            task["error"] = RpcError::RunFailed(message.clone()).to_object();
+            put("status", Value::from("failed"));
+            put("statusMessage", Value::from(message.as_str()));
+            put("error", RpcError::RunFailed(message.clone()).to_object());
         }
         RunState::Cancelled { message } => {
-            task["status"] = json!("cancelled");
+            put("status", Value::from("cancelled"));
             if let Some(m) = message {
-                task["statusMessage"] = json!(m);
+                put("statusMessage", Value::from(m.as_str()));
             }
         }
     }
-    task
+    Value::Object(task)
 }

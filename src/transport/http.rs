@@ -16,6 +16,7 @@ use axum::Router;
 use serde_json::Value;
 
 use crate::core::Gateway;
+use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
 use crate::server::auth::{AuthError, Authenticator};
 use crate::server::{self, Admitted, Dispatched, Inbound};
@@ -205,7 +206,7 @@ fn json_response(status: u16, body: &Value) -> Response {
         .into_response();
     response
         .headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        .insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     response
 }
 
@@ -427,7 +428,7 @@ fn finish(dispatched: Dispatched, oauth: Option<&Authenticator>) -> Response {
     };
     if let Some(id) = dispatched.session_id {
         if let Ok(v) = HeaderValue::from_str(&id) {
-            response.headers_mut().insert("mcp-session-id", v);
+            response.headers_mut().insert(SESSION_ID, v);
         }
     }
     if let Some(v) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
@@ -531,7 +532,7 @@ fn sse_response(body: axum::body::Body) -> Response {
         HeaderValue::from_static("text/event-stream"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     response
 }
 

@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use super::super::wire::{Outbound, META_VERSION};
+use super::super::wire::{header, Outbound, META_VERSION};
 use super::{check_headers, check_meta, detailed_task, missing_tasks, require_header};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
@@ -49,7 +49,7 @@ pub async fn listen(
     params: &Value,
 ) -> Result<Value, RpcError> {
     if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
-        require_header(headers, "mcp-protocol-version", version)?;
+        require_header(headers, &header::PROTOCOL_VERSION, version)?;
     }
     let declared = check_meta(params)?;
     if let Some(headers) = headers {
