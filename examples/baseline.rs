@@ -13,7 +13,7 @@ use axum::http::header;
 use axum::routing::post;
 use axum::Router;
 
-const REPLY: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","taskId":"tg1.bench.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","createdAt":"2026-12-03T07:00:00.000Z","lastUpdatedAt":"2026-12-03T07:00:00.000Z","ttlMs":86400000,"status":"working","pollIntervalMs":5000,"statusMessage":"sleeping"}}"#;
+const REPLY: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","taskId":"tg2.bench.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","createdAt":"2026-12-03T07:00:00.000Z","lastUpdatedAt":"2026-12-03T07:00:00.000Z","ttlMs":86400000,"status":"working","pollIntervalMs":5000,"statusMessage":"sleeping"}}"#;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {

@@ -115,7 +115,7 @@ fn not_a_string() -> impl Strategy<Value = Value> {
 fn bad_handle() -> impl Strategy<Value = Value> {
     prop_oneof![
         "[ -~]{0,40}".prop_map(Value::String),
-        "tg1\\.k\\.[A-Za-z0-9_-]{0,120}".prop_map(Value::String),
+        "tg[12]\\.k\\.[A-Za-z0-9_-]{0,120}".prop_map(Value::String),
         not_a_string(),
     ]
 }
