@@ -3,6 +3,7 @@
 #
 #   scripts/bench.sh                  # 15 s per run; the 1-million-request run at the end
 #   BENCH_SECONDS=5 BENCH_MILLION=0 scripts/bench.sh   # quick look
+#   BENCH_REPEAT=5 scripts/bench.sh   # each row the median of 5 runs (default 3)
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
@@ -19,6 +20,7 @@ root=$(pwd)
 seconds=${BENCH_SECONDS:-15}
 million=${BENCH_MILLION:-1}
 threads=${BENCH_THREADS:-2}
+repeat=${BENCH_REPEAT:-3}
 
 if ! command -v wrk >/dev/null; then
     echo "installing wrk (Debian)" >&2
@@ -143,11 +145,10 @@ engine_calls() { curl -sf "http://127.0.0.1:$tg_port/metrics" | awk '/^taskgate_
 
 idle_rss=$(rss_kb "$tg_pid")
 
-# run NAME PID URL LUA CONNECTIONS -> one table row; sets last_rps
-results=()
-run() {
-    local name=$1 pid=$2 target=$3 lua=$4 conns=$5
-    local c0 c1 s0 s1 e0 e1 out reqs p50 p99 errors rps cpu_us sys_us calls
+# measure PID URL LUA CONNECTIONS -> one line: req/s p50 p99 cpu-µs sys-µs calls errors
+measure() {
+    local pid=$1 target=$2 lua=$3 conns=$4
+    local c0 c1 s0 s1 e0 e1 out reqs p50 p99 errors cpu_us sys_us calls
     c0=$(cpu_ticks "$pid")
     s0=$(sys_ticks "$pid")
     e0=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
@@ -160,31 +161,52 @@ run() {
     p99=$(sed -n 's/^BENCH .* p99=\([0-9.]*\).*/\1/p' <<<"$out")
     errors=$(sed -n 's/^BENCH .* errors=\([0-9]*\).*/\1/p' <<<"$out")
     [ -n "$reqs" ] || { echo "wrk failed: $out" >&2; exit 1; }
-    rps=$(( reqs / seconds ))
     cpu_us=$(awk -v t=$(( c1 - c0 )) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
     sys_us=$(awk -v t=$(( s1 - s0 )) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
     calls=$( [ "$pid" = "$tg_pid" ] && awk -v e=$(( e1 - e0 )) -v n="$reqs" 'BEGIN { printf "%.3f", e / n }' || echo "-")
-    last_rps=$rps
-    last_cpu=$cpu_us
-    printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "$name" "$conns" "$rps" "$p50" "$p99" "$cpu_us" "$sys_us" "$calls" "$errors"
+    echo "$(( reqs / seconds )) $p50 $p99 $cpu_us $sys_us $calls $errors"
+}
+
+# The rows of one connection count, each measured $repeat times in turns (the
+# baseline, then each taskgate row, then again), so a neighbour's load on a
+# shared machine falls on all rows alike; each row shows its median run by
+# req/s, and the ratios compare medians.
+rows=(base get26 get25 get26own)
+declare -A label=(
+    [base]="baseline (bare axum)" [get26]="tasks/get 2026-07-28"
+    [get25]="tasks/get 2025-11-25" [get26own]="tasks/get 2026, task/conn"
+)
+ratio() {
+    awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" \
+        'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
 }
 
 echo
-echo "taskgate $( "$bin" --version | awk '{print $2}' ) — $(nproc) cores, wrk -t$threads, ${seconds}s per run"
+echo "taskgate $( "$bin" --version | awk '{print $2}' ) — $(nproc) cores, wrk -t$threads, ${seconds}s per run, median of $repeat"
 printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "sys µs" "calls/req" "errors"
 for conns in 16 64; do
-    run "baseline (bare axum)" "$base_pid" "http://127.0.0.1:$base_port/mcp" "$work/get26.lua" "$conns"
-    b_rps=$last_rps b_cpu=$last_cpu
-    for dialect in 26 25; do
-        label=$([ $dialect = 26 ] && echo "tasks/get 2026-07-28" || echo "tasks/get 2025-11-25")
-        run "$label" "$tg_pid" "$url" "$work/get$dialect.lua" "$conns"
-        [ "$dialect" = 26 ] && shared_rps=$last_rps
-        awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
-            'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
+    for row in "${rows[@]}"; do : > "$work/row.$row"; done
+    for _ in $(seq "$repeat"); do
+        for row in "${rows[@]}"; do
+            if [ "$row" = base ]; then
+                measure "$base_pid" "http://127.0.0.1:$base_port/mcp" "$work/get26.lua" "$conns" >> "$work/row.$row"
+            else
+                measure "$tg_pid" "$url" "$work/$row.lua" "$conns" >> "$work/row.$row"
+            fi
+        done
     done
-    run "tasks/get 2026, task/conn" "$tg_pid" "$url" "$work/get26own.lua" "$conns"
-    awk -v a="$last_rps" -v b="$b_rps" -v c="$last_cpu" -v d="$b_cpu" \
-        'BEGIN { printf "%-28s %5s %8.0f%% of the baseline'"'"'s req/s, %.1f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
+    declare -A median=()
+    for row in "${rows[@]}"; do
+        median[$row]=$(sort -n "$work/row.$row" | awk -v m=$(( (repeat + 1) / 2 )) 'NR == m')
+        read -r rps p50 p99 cpu sys calls errors <<<"${median[$row]}"
+        printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "${label[$row]}" "$conns" "$rps" "$p50" "$p99" "$cpu" "$sys" "$calls" "$errors"
+        if [ "$row" = base ]; then
+            b_rps=$rps b_cpu=$cpu
+        else
+            ratio "$rps" "$b_rps" "$cpu" "$b_cpu"
+        fi
+        [ "$row" = get26 ] && shared_rps=$rps
+    done
 done
 peak_rss=$(hwm_kb "$tg_pid")
 
