@@ -556,7 +556,7 @@ impl Spool {
         // each of which sets its folder's mtime: the two folders' mtimes and the
         // status file's (which the process may rewrite in place) are the newest
         // change, without a look at each file.
-        let (input_at, requests) = folder.requests(INPUT_DIR);
+        let (input_at, requests) = folder.requests(dir, INPUT_DIR);
         let updated_at = [folder.modified(), input_at, status_at]
             .into_iter()
             .flatten()

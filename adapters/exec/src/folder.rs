@@ -13,7 +13,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, FileStat, Mode};
@@ -115,30 +114,44 @@ impl RunFolder {
         crate::proc::start_time_with(pid, &mut self.buffer)
     }
 
-    /// The folder `name`'s mtime and its requests without a response, by key.
-    /// A request that does not parse (still being written without a rename)
-    /// is not there yet. A missing folder has none.
+    /// The folder `name` (inside this run folder, at `path`): its mtime and its
+    /// requests without a response, by key. A request that does not parse
+    /// (still being written without a rename) is not there yet. A missing
+    /// folder has none.
+    ///
+    /// The listing goes by path (`std::fs::read_dir`: open, list, close): a
+    /// directory stream on a descriptor costs four more system calls.
     pub(crate) fn requests(
         &mut self,
+        path: &Path,
         name: &str,
     ) -> (Option<SystemTime>, BTreeMap<String, InputRequest>) {
         let mut requests = BTreeMap::new();
-        let Ok(mut input) = Dir::openat(&self.dir, name, directory_flags(), Mode::empty()) else {
+        let at = self.modified_at(name);
+        if at.is_none() {
             return (None, requests);
+        }
+        let input = path.join(name);
+        let Ok(entries) = std::fs::read_dir(&input) else {
+            return (at, requests);
         };
-        let at = stat::fstat(input.as_fd()).ok().and_then(|s| mtime(&s));
-        let keys: Vec<String> = input
-            .iter()
+        let keys: Vec<String> = entries
             .filter_map(Result::ok)
             .filter_map(|entry| {
-                let name = entry.file_name().to_str().ok()?;
-                let key = name.strip_suffix(REQUEST_SUFFIX)?;
+                let file = entry.file_name();
+                let key = file.to_str()?.strip_suffix(REQUEST_SUFFIX)?;
                 layout::valid_input_key(key).then(|| key.to_owned())
             })
             .collect();
+        if keys.is_empty() {
+            return (at, requests);
+        }
+        let Ok(input) = fcntl::open(&input, directory_flags(), Mode::empty()) else {
+            return (at, requests);
+        };
         for key in keys {
             let answered = stat::fstatat(
-                input.as_fd(),
+                &input,
                 format!("{key}{RESPONSE_SUFFIX}").as_str(),
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             )
