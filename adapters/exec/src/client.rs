@@ -246,6 +246,7 @@ impl Spool {
             DirBuilder::new()
                 .mode(0o700)
                 .create(staged.join(INPUT_DIR))?;
+            layout::mark_unwritten(&staged.join(INPUT_DIR))?;
             layout::write_json(&staged, ARGS, launch.arguments)?;
             layout::write_json(&staged, COMMAND, &self.command_spec(launch, dir))?;
             layout::write_json(
@@ -535,21 +536,22 @@ impl Spool {
         if meta.is_none() {
             return Ok(SpoolView::default());
         }
-        let supervisor: Option<ProcRecord> = folder
-            .record(SUPERVISOR)
-            .map_err(record_error(SUPERVISOR))?;
         let child: Option<ProcRecord> = folder.record(PID).map_err(record_error(PID))?;
         let exit: Option<ExitRecord> = folder.record(EXIT).map_err(record_error(EXIT))?;
         let cancelled_at = folder.modified_at(CANCELLED);
         let child_now = child.as_ref().and_then(|c| folder.start_time(c.pid));
-        // While the process runs on (not ended, not cancelled), its supervisor's
-        // liveness decides nothing: it is not looked up.
+        // While the process runs on (not ended, not cancelled), its supervisor
+        // decides nothing: neither its record nor its liveness is looked up.
         let child_runs =
             exit.is_none() && cancelled_at.is_none() && translate::alive(child.as_ref(), child_now);
-        let supervisor_now = if child_runs {
-            None
+        let (supervisor, supervisor_now) = if child_runs {
+            (None, None)
         } else {
-            supervisor.as_ref().and_then(|s| folder.start_time(s.pid))
+            let supervisor: Option<ProcRecord> = folder
+                .record(SUPERVISOR)
+                .map_err(record_error(SUPERVISOR))?;
+            let now = supervisor.as_ref().and_then(|s| folder.start_time(s.pid));
+            (supervisor, now)
         };
         let (status, status_at) = status_of(folder.text(STATUS, MAX_STATUS_BYTES));
         // Every record in the folders is written by a rename, a link or a create,
@@ -841,7 +843,9 @@ pub(crate) fn map_error(action: Action<'_>, error: std::io::Error) -> EngineErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::REQUEST_SUFFIX;
     use serde_json::json;
+    use taskgate_engine::InputRequest;
 
     #[test]
     fn args_become_env_vars_verbatim() {
@@ -960,6 +964,34 @@ mod tests {
     }
 
     #[test]
+    fn an_input_folder_still_marked_unwritten_is_not_listed_and_the_first_request_clears_the_mark()
+    {
+        let spool_dir = tempfile::tempdir().unwrap();
+        let dir = meta_only_run(spool_dir.path());
+        let input = dir.join(INPUT_DIR);
+        layout::mark_unwritten(&input).unwrap();
+        set_mtime(&dir, 5_000);
+        let s = spool(spool_dir.path());
+        let view = s.view(&dir).unwrap();
+        assert!(view.requests.is_empty());
+        // The mark is no change: the run folder's mtime is the newest.
+        assert_eq!(view.updated_at, Some(layout::from_ms(5_000)));
+        // The process asks: creating the request moves the folder off the mark.
+        let request = InputRequest {
+            message: "which region?".into(),
+            requested_schema: serde_json::json!({"type": "object"}),
+        };
+        layout::write_json(&input, &format!("ask{REQUEST_SUFFIX}"), &request).unwrap();
+        assert_ne!(
+            std::fs::metadata(&input).unwrap().modified().unwrap(),
+            layout::UNWRITTEN
+        );
+        let view = s.view(&dir).unwrap();
+        assert_eq!(view.requests.get("ask"), Some(&request));
+        assert!(view.updated_at.unwrap() > layout::from_ms(5_000));
+    }
+
+    #[test]
     fn a_running_process_needs_no_look_at_its_supervisor() {
         let spool_dir = tempfile::tempdir().unwrap();
         let dir = meta_only_run(spool_dir.path());
@@ -973,6 +1005,7 @@ mod tests {
         let s = spool(spool_dir.path());
         let view = s.view(&dir).unwrap();
         assert_eq!(view.child_now, Some(record.start_time));
+        assert_eq!(view.supervisor, None);
         assert_eq!(view.supervisor_now, None);
         assert!(matches!(
             s.read("run").unwrap().state,

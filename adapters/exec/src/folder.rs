@@ -119,8 +119,10 @@ impl RunFolder {
     /// (still being written without a rename) is not there yet. A missing
     /// folder has none.
     ///
-    /// The listing goes by path (`std::fs::read_dir`: open, list, close): a
-    /// directory stream on a descriptor costs four more system calls.
+    /// A folder whose mtime is still [`layout::UNWRITTEN`] never had an entry:
+    /// it is not listed, and its mtime is no change. Otherwise the listing
+    /// goes by path (`std::fs::read_dir`: open, list, close): a directory
+    /// stream on a descriptor costs four more system calls.
     pub(crate) fn requests(
         &mut self,
         path: &Path,
@@ -128,7 +130,7 @@ impl RunFolder {
     ) -> (Option<SystemTime>, BTreeMap<String, InputRequest>) {
         let mut requests = BTreeMap::new();
         let at = self.modified_at(name);
-        if at.is_none() {
+        if at.is_none_or(|at| at == layout::UNWRITTEN) {
             return (None, requests);
         }
         let input = path.join(name);

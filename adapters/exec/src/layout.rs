@@ -21,6 +21,10 @@
 //!   input/<key>.response.json  written by answer
 //! ```
 //!
+//! `input/` is made with an mtime of 0 (the Unix epoch), before the process
+//! starts: the first file created in it moves its mtime to the present, so a
+//! reader that finds 0 knows the folder is empty without listing it.
+//!
 //! Every file is written whole (to a temporary name, then renamed), so a reader
 //! never sees half a record.
 
@@ -161,6 +165,20 @@ pub(crate) struct StatusFile {
 pub(crate) fn to_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The mtime `input/` is made with: no entry was ever created in (or removed
+/// from) a folder that still has it.
+pub(crate) const UNWRITTEN: SystemTime = UNIX_EPOCH;
+
+/// Gives the folder `dir` the mtime [`UNWRITTEN`]. Done before anything may
+/// write into it.
+///
+/// # Errors
+///
+/// The system's error when the folder cannot be opened or its times set.
+pub(crate) fn mark_unwritten(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.set_modified(UNWRITTEN)
 }
 
 /// The time `ms` milliseconds after the Unix epoch.

@@ -40,32 +40,21 @@ fn parse_stat_bytes(stat: &[u8]) -> Option<u64> {
 }
 
 /// The state (field 3) and start time (field 22) of a `/proc/<pid>/stat` line.
+/// The kernel separates the fields after the command name by one space each,
+/// so field `k` starts after the `(k - 2)`th space following the last `)`.
 fn parse_stat_fields(stat: &[u8]) -> Option<(&[u8], u64)> {
-    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
-    // Field 3 is the state; field 22, the start time, is 19 fields later. A
-    // plain loop over the bytes: an iterator of split fields costs several
-    // times as much per byte.
-    let mut state: &[u8] = &[];
-    let mut field = 3;
-    let mut at = 0;
-    while at < rest.len() {
-        if rest[at].is_ascii_whitespace() {
-            at += 1;
-            continue;
-        }
-        let start = at;
-        while at < rest.len() && !rest[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        let text = &rest[start..at];
-        match field {
-            3 => state = text,
-            22 => return Some((state, std::str::from_utf8(text).ok()?.parse().ok()?)),
-            _ => {}
-        }
-        field += 1;
-    }
-    None
+    let rest = &stat[memchr::memrchr(b')', stat)? + 1..];
+    let mut spaces = memchr::memchr_iter(b' ', rest);
+    let state_at = spaces.next()? + 1;
+    let state_end = spaces.next()?;
+    let start_at = spaces.nth(17)? + 1;
+    let start_end =
+        memchr::memchr2(b' ', b'\n', &rest[start_at..]).map_or(rest.len(), |n| start_at + n);
+    let start = std::str::from_utf8(&rest[start_at..start_end])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((&rest[state_at..state_end], start))
 }
 
 /// The start time of `pid` even when it is a zombie: for recording a child
@@ -109,6 +98,11 @@ mod tests {
         // A name that is not UTF-8 does not matter.
         let odd = b"77 (\xff\xfe) R 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 4242 0 0";
         assert_eq!(parse_stat_bytes(odd), Some(4242));
+        // The start time as the last field, before the line's end; too few fields.
+        let last = b"9 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242\n";
+        assert_eq!(parse_stat_bytes(last), Some(4242));
+        assert_eq!(parse_stat_bytes(&last[..last.len() - 6]), None);
+        assert_eq!(parse_stat_bytes(b"9 (x) S 1 2"), None);
     }
 
     #[test]
