@@ -4,6 +4,7 @@
 #   scripts/bench.sh                  # 15 s per run; the 1-million-request run at the end
 #   BENCH_SECONDS=5 BENCH_MILLION=0 scripts/bench.sh   # quick look
 #   BENCH_REPEAT=5 scripts/bench.sh   # each row the median of 5 runs (default 3)
+#   BENCH_KERNEL=1 scripts/bench.sh   # also context switches, system calls and kernel share (perf)
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
@@ -224,3 +225,44 @@ fi
 echo "RSS: idle $((idle_rss / 1024)) MB (one task), peak $((peak_rss / 1024)) MB (VmHWM after the runs)"
 echo "exec to ready (serve started → /healthz answers): ${ready_ms} ms"
 "$load_bin" handles
+
+# BENCH_KERNEL=1: where the kernel side of a tasks/get goes (needs perf, from
+# Debian's linux-perf). For the one-task 2026-07-28 row at 16 connections and
+# the baseline: context switches and system calls per request (perf stat
+# counting, which costs the servers little), and the share of CPU samples
+# taken in the kernel.
+if [ "${BENCH_KERNEL:-0}" = 1 ]; then
+    command -v perf >/dev/null || { apt-get update -qq >/dev/null && apt-get install -y -qq linux-perf >/dev/null; }
+    kernel_row() { # NAME PID URL
+        local name=$1 pid=$2 target=$3 out reqs
+        local events=context-switches,raw_syscalls:sys_enter name_
+        for name_ in recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield; do
+            events+=",syscalls:sys_enter_$name_"
+        done
+        perf stat -x, -e "$events" -p "$pid" -o "$work/perf.$name" -- sleep $(( seconds + 1 )) &
+        local stat_pid=$!
+        out=$(wrk -t"$threads" -c16 -d"${seconds}s" -s "$work/get26.lua" "$target" 2>&1)
+        wait "$stat_pid"
+        reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
+        awk -F, -v n="$reqs" -v name="$name" -v order="recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield" '
+            $3 == "context-switches" { cs = $1 }
+            $3 == "raw_syscalls:sys_enter" { total = $1 }
+            $3 ~ /^syscalls:sys_enter_/ && $1 + 0 > 0 { sub("syscalls:sys_enter_", "", $3); calls[$3] = $1 }
+            END {
+                printf "%-10s %.2f context switches, %.1f system calls per request:", name, cs / n, total / n
+                k = split(order, names, " ")
+                for (i = 1; i <= k; i++) if (calls[names[i]] / n >= 0.05) printf " %s %.2f", names[i], calls[names[i]] / n
+                printf "\n"
+            }' "$work/perf.$name"
+        perf record -q -e cpu-clock -F 2000 -p "$pid" -o "$work/perf.$name.data" -- sleep $(( seconds + 1 )) 2>/dev/null &
+        stat_pid=$!
+        wrk -t"$threads" -c16 -d"${seconds}s" -s "$work/get26.lua" "$target" >/dev/null 2>&1
+        wait "$stat_pid"
+        perf report -q -i "$work/perf.$name.data" --stdio --no-children --sort dso 2>/dev/null |
+            awk -v name="$name" '/kernel/ { k += $1 } { t += $1 } END { printf "%-10s %.0f%% of CPU samples in the kernel\n", name, k * 100 / (t > 0 ? t : 1) }'
+    }
+    echo
+    echo "kernel side, one task, 16 connections (perf):"
+    kernel_row taskgate "$tg_pid" "$url"
+    kernel_row baseline "$base_pid" "http://127.0.0.1:$base_port/mcp"
+fi
