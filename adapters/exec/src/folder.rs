@@ -19,27 +19,8 @@ use nix::sys::stat::{self, FileStat, Mode};
 
 use taskgate_engine::InputRequest;
 
+use crate::buffer::{read_whole, Buffer};
 use crate::layout::{self, REQUEST_SUFFIX, RESPONSE_SUFFIX};
-
-/// The most a record or a `/proc` stat line is expected to take; a larger file
-/// is still read whole, with more reads.
-const RECORD_BYTES: usize = 2048;
-
-/// Where one read's files are read into: a block zeroed once, and room for a
-/// file larger than it.
-pub(crate) struct Buffer {
-    block: Vec<u8>,
-    larger: Vec<u8>,
-}
-
-impl Buffer {
-    pub(crate) fn new() -> Self {
-        Self {
-            block: vec![0; RECORD_BYTES],
-            larger: Vec::new(),
-        }
-    }
-}
 
 /// An open run folder.
 pub(crate) struct RunFolder {
@@ -102,8 +83,7 @@ impl RunFolder {
     pub(crate) fn text(&mut self, name: &str, limit: u64) -> Option<(&[u8], Option<SystemTime>)> {
         let file = open_in(&self.dir, name).ok()??;
         let at = stat::fstat(&file).ok().and_then(|s| mtime(&s));
-        let larger = &mut self.buffer.larger;
-        larger.clear();
+        let larger = self.buffer.larger();
         file.take(limit).read_to_end(larger).ok()?;
         Some((larger, at))
     }
@@ -187,27 +167,6 @@ fn open_in(dir: impl AsFd, name: &str) -> std::io::Result<Option<File>> {
         Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Reads `file` whole into `buffer`. A record is written whole and renamed
-/// into place, and the kernel writes a `/proc` stat line whole, so a read
-/// that returns less than the block has it all: one `read`, and no second
-/// one to see the end. A file that fills the block is read on to its end.
-pub(crate) fn read_whole(mut file: File, buffer: &mut Buffer) -> std::io::Result<&[u8]> {
-    let n = loop {
-        match file.read(&mut buffer.block) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    };
-    if n < buffer.block.len() {
-        return Ok(&buffer.block[..n]);
-    }
-    buffer.larger.clear();
-    buffer.larger.extend_from_slice(&buffer.block);
-    file.read_to_end(&mut buffer.larger)?;
-    Ok(&buffer.larger)
 }
 
 fn mtime(stat: &FileStat) -> Option<SystemTime> {

@@ -25,6 +25,7 @@
 //! server's process tree; under systemd use `KillMode=process` (or a separate
 //! unit for them) so stopping taskgate does not stop running tools.
 
+mod buffer;
 mod client;
 mod config;
 mod folder;

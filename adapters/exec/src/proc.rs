@@ -11,11 +11,11 @@ use crate::layout::ProcRecord;
 /// the live process `pid`; `None` when there is no such process or it is a
 /// zombie (dead, not yet reaped).
 pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    start_time_with(pid, &mut crate::folder::Buffer::new())
+    start_time_with(pid, &mut crate::buffer::Buffer::new())
 }
 
 /// [`start_time`], reading into `buffer` (a read of many records reuses one).
-pub(crate) fn start_time_with(pid: i32, buffer: &mut crate::folder::Buffer) -> Option<u64> {
+pub(crate) fn start_time_with(pid: i32, buffer: &mut crate::buffer::Buffer) -> Option<u64> {
     use std::io::Write as _;
     let mut path = [0u8; 32];
     let len = {
@@ -27,7 +27,7 @@ pub(crate) fn start_time_with(pid: i32, buffer: &mut crate::folder::Buffer) -> O
     let file = std::fs::File::open(path).ok()?;
     // The kernel writes the whole line on the first read of a large enough
     // buffer.
-    parse_stat_bytes(crate::folder::read_whole(file, buffer).ok()?)
+    parse_stat_bytes(crate::buffer::read_whole(file, buffer).ok()?)
 }
 
 /// Parses a `/proc/<pid>/stat` line into the start time of a live process.

@@ -1,0 +1,52 @@
+//! One block that a read of small files reads them into: a run folder's
+//! records and `/proc` stat lines.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+
+/// The most a record or a `/proc` stat line is expected to take; a larger file
+/// is still read whole, with more reads.
+const RECORD_BYTES: usize = 2048;
+
+/// Where one read's files are read into: a block zeroed once, and room for a
+/// file larger than it.
+pub(crate) struct Buffer {
+    block: Vec<u8>,
+    larger: Vec<u8>,
+}
+
+impl Buffer {
+    pub(crate) fn new() -> Self {
+        Self {
+            block: vec![0; RECORD_BYTES],
+            larger: Vec::new(),
+        }
+    }
+
+    /// The room for a file larger than the block, emptied.
+    pub(crate) fn larger(&mut self) -> &mut Vec<u8> {
+        self.larger.clear();
+        &mut self.larger
+    }
+}
+
+/// Reads `file` whole into `buffer`. A record is written whole and renamed
+/// into place, and the kernel writes a `/proc` stat line whole, so a read
+/// that returns less than the block has it all: one `read`, and no second
+/// one to see the end. A file that fills the block is read on to its end.
+pub(crate) fn read_whole(mut file: File, buffer: &mut Buffer) -> std::io::Result<&[u8]> {
+    let n = loop {
+        match file.read(&mut buffer.block) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if n < buffer.block.len() {
+        return Ok(&buffer.block[..n]);
+    }
+    buffer.larger.clear();
+    buffer.larger.extend_from_slice(&buffer.block);
+    file.read_to_end(&mut buffer.larger)?;
+    Ok(&buffer.larger)
+}
