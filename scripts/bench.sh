@@ -260,6 +260,8 @@ if [ "${BENCH_KERNEL:-0}" = 1 ]; then
         wait "$stat_pid"
         perf report -q -i "$work/perf.$name.data" --stdio --no-children --sort dso 2>/dev/null |
             awk -v name="$name" '/kernel/ { k += $1 } { t += $1 } END { printf "%-10s %.0f%% of CPU samples in the kernel\n", name, k * 100 / (t > 0 ? t : 1) }'
+        perf report -q -i "$work/perf.$name.data" --stdio --no-children --sort sym 2>/dev/null |
+            awk -v name="$name" '$2 == "[k]" && n < 4 { line = line sprintf(" %s %s", $3, $1); n++ } END { printf "%-10s costliest kernel functions:%s\n", name, line }'
     }
     echo
     echo "kernel side, one task, 16 connections (perf):"
