@@ -246,7 +246,11 @@ impl Spool {
             DirBuilder::new()
                 .mode(0o700)
                 .create(staged.join(INPUT_DIR))?;
-            layout::mark_unwritten(&staged.join(INPUT_DIR))?;
+            // Only a saving for later polls: a folder that cannot take the mark
+            // is listed on each poll instead.
+            if let Err(error) = layout::mark_unwritten(&staged.join(INPUT_DIR)) {
+                tracing::debug!(%error, "input folder not marked unwritten");
+            }
             layout::write_json(&staged, ARGS, launch.arguments)?;
             layout::write_json(&staged, COMMAND, &self.command_spec(launch, dir))?;
             layout::write_json(
