@@ -993,6 +993,10 @@ mod tests {
         let view = s.view(&dir).unwrap();
         assert_eq!(view.requests.get("ask"), Some(&request));
         assert!(view.updated_at.unwrap() > layout::from_ms(5_000));
+        // The mark alone decides: with it put back by hand, the folder is not
+        // listed, so the request is not seen.
+        layout::mark_unwritten(&input).unwrap();
+        assert!(s.view(&dir).unwrap().requests.is_empty());
     }
 
     #[test]
