@@ -540,14 +540,27 @@ impl Spool {
         if meta.is_none() {
             return Ok(SpoolView::default());
         }
-        let child: Option<ProcRecord> = folder.record(PID).map_err(record_error(PID))?;
+        let (child, child_held) = match folder
+            .held_record::<ProcRecord>(PID)
+            .map_err(record_error(PID))?
+        {
+            Some((record, held)) => (Some(record), held),
+            None => (None, false),
+        };
         let exit: Option<ExitRecord> = folder.record(EXIT).map_err(record_error(EXIT))?;
         let cancelled_at = folder.modified_at(CANCELLED);
-        let child_now = child.as_ref().and_then(|c| folder.start_time(c.pid));
+        // A record its supervisor holds is a process that runs: no look at
+        // `/proc` (crate::hold).
+        let child_now = if child_held {
+            None
+        } else {
+            child.as_ref().and_then(|c| folder.start_time(c.pid))
+        };
         // While the process runs on (not ended, not cancelled), its supervisor
         // decides nothing: neither its record nor its liveness is looked up.
-        let child_runs =
-            exit.is_none() && cancelled_at.is_none() && translate::alive(child.as_ref(), child_now);
+        let child_runs = exit.is_none()
+            && cancelled_at.is_none()
+            && (child_held || translate::alive(child.as_ref(), child_now));
         let (supervisor, supervisor_now) = if child_runs {
             (None, None)
         } else {
@@ -572,6 +585,7 @@ impl Spool {
             supervisor_now,
             supervisor,
             child_now,
+            child_held,
             child,
             cancelled_at,
             status,
@@ -1025,5 +1039,42 @@ mod tests {
             s.view(&dir).unwrap().supervisor_now,
             Some(record.start_time)
         );
+    }
+
+    #[test]
+    fn a_process_record_its_supervisor_holds_runs_without_a_look_at_proc() {
+        let spool_dir = tempfile::tempdir().unwrap();
+        let dir = meta_only_run(spool_dir.path());
+        // A pid no process has (above the kernel's pid_max), so by `/proc` the
+        // process is gone and, without a supervisor, the run is lost.
+        let record = ProcRecord {
+            pid: i32::MAX,
+            start_time: 7,
+        };
+        layout::write_json(&dir, PID, &record).unwrap();
+        let s = spool(spool_dir.path());
+        assert!(matches!(
+            s.read("run").unwrap().state,
+            RunState::Failed { .. }
+        ));
+        // Held (as a supervisor holds it while its process runs): working,
+        // and `/proc` was not asked.
+        let holder = std::fs::File::open(dir.join(PID)).unwrap();
+        crate::hold::take(&holder).unwrap();
+        let view = s.view(&dir).unwrap();
+        assert!(view.child_held);
+        assert_eq!(view.child_now, None);
+        assert_eq!(view.supervisor, None);
+        assert!(matches!(
+            s.read("run").unwrap().state,
+            RunState::Working { .. }
+        ));
+        // Let go (the supervisor reaped it, or died): judged by `/proc` again.
+        drop(holder);
+        assert!(!s.view(&dir).unwrap().child_held);
+        assert!(matches!(
+            s.read("run").unwrap().state,
+            RunState::Failed { .. }
+        ));
     }
 }

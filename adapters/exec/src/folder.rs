@@ -78,6 +78,26 @@ impl RunFolder {
             .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
     }
 
+    /// [`Self::record`], and whether a supervisor holds it ([`crate::hold`]),
+    /// asked through the descriptor the record is read through.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::record`].
+    pub(crate) fn held_record<T: serde::de::DeserializeOwned>(
+        &mut self,
+        name: &str,
+    ) -> std::io::Result<Option<(T, bool)>> {
+        let Some(file) = open_in(&self.dir, name)? else {
+            return Ok(None);
+        };
+        let held = crate::hold::is_held(&file);
+        let bytes = read_whole(file, &mut self.buffer)?;
+        serde_json::from_slice(bytes)
+            .map(|record| Some((record, held)))
+            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+    }
+
     /// The text of the entry `name` (at most `limit` bytes) and its mtime;
     /// `None` when it is not there or cannot be read.
     pub(crate) fn text(&mut self, name: &str, limit: u64) -> Option<(&[u8], Option<SystemTime>)> {

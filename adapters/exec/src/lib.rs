@@ -29,6 +29,7 @@ mod buffer;
 mod client;
 mod config;
 mod folder;
+mod hold;
 mod layout;
 mod proc;
 mod supervisor;

@@ -21,7 +21,7 @@ use crate::layout::{
     self, to_ms, CommandSpec, ExitRecord, ProcRecord, CANCELLED, COMMAND, EXIT, PID, STDERR_TAIL,
     STDOUT_TAIL, SUPERVISOR,
 };
-use crate::proc;
+use crate::{hold, proc};
 
 /// Set (to `detached`) in the environment of the second stage.
 const STAGE_VAR: &str = "TASKGATE_EXEC_SUPERVISOR_STAGE";
@@ -158,6 +158,11 @@ fn supervise(dir: &Path) -> Result<(), String> {
     };
     // If this fails the run reads as lost once we are gone; keep going anyway.
     let _ = layout::write_json(dir, PID, &record);
+    // Held while the process runs (crate::hold); without the hold, reads ask
+    // `/proc` instead, so a failure here costs only speed.
+    let hold = std::fs::File::open(dir.join(PID))
+        .and_then(|file| hold::take(&file).map(|()| file))
+        .ok();
 
     let (done_tx, done_rx) = mpsc::channel();
     let tails = [
@@ -221,6 +226,9 @@ fn supervise(dir: &Path) -> Result<(), String> {
             }
         }
     };
+    // Reaped: from here until the exit is recorded, reads find the process
+    // gone and this supervisor alive ("finishing").
+    drop(hold);
 
     if dir.join(CANCELLED).exists() {
         // Cancelled: what the process left behind in its group gets the rest

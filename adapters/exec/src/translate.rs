@@ -31,8 +31,12 @@ pub(crate) struct SpoolView {
     pub supervisor_now: Option<u64>,
     /// `pid.json`.
     pub child: Option<ProcRecord>,
-    /// The start time of whatever runs under the process's pid now.
+    /// The start time of whatever runs under the process's pid now; not
+    /// looked up (`None`) when its supervisor holds `pid.json`.
     pub child_now: Option<u64>,
+    /// The supervisor holds `pid.json` ([`crate::hold`]): it has not yet
+    /// reaped the process, which therefore runs.
+    pub child_held: bool,
     /// `exit.json`.
     pub exit: Option<ExitRecord>,
     /// The mtime of the `cancelled` marker, when it exists.
@@ -61,8 +65,14 @@ impl SpoolView {
         self.meta.is_some()
             && self.exit.is_none()
             && (self.child.is_some() || self.supervisor.is_some())
-            && !alive(self.child.as_ref(), self.child_now)
+            && !self.child_alive()
             && !alive(self.supervisor.as_ref(), self.supervisor_now)
+    }
+
+    /// Whether the recorded process runs: held by its supervisor, or found
+    /// under its pid with its start time.
+    pub(crate) fn child_alive(&self) -> bool {
+        self.child_held || alive(self.child.as_ref(), self.child_now)
     }
 }
 
@@ -94,7 +104,7 @@ pub(crate) fn translate(view: &SpoolView, now: SystemTime) -> Translation {
         return Translation::Gone { removable: false };
     };
     let supervisor_alive = alive(view.supervisor.as_ref(), view.supervisor_now);
-    let child_alive = alive(view.child.as_ref(), view.child_now);
+    let child_alive = view.child_alive();
     let created_at = from_ms(meta.created_at_ms);
     let exit_at = view.exit.as_ref().map(|e| from_ms(e.ended_at_ms));
 

@@ -119,6 +119,23 @@ fn read_pid(path: &Path) -> i32 {
     text.trim().parse().unwrap()
 }
 
+/// Whether some open file description holds a lock on `path`: the
+/// supervisor's hold on `pid.json` while its process runs.
+fn held(path: &Path) -> bool {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use nix::libc;
+    let file = std::fs::File::open(path).unwrap();
+    let mut probe = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    fcntl(&file, FcntlArg::F_OFD_GETLK(&mut probe)).unwrap();
+    probe.l_type != libc::F_UNLCK as libc::c_short
+}
+
 fn run_dir(spool: &Path, run: &str) -> PathBuf {
     spool.join(run)
 }
@@ -139,6 +156,8 @@ async fn success_with_a_result_file_is_structured() {
     let (_, is_error, structured) = completed(&snap.state);
     assert!(!is_error);
     assert_eq!(structured, Some(args));
+    // The supervisor let go of its record when it reaped the process.
+    assert!(!held(&run_dir(spool.path(), &run).join("pid.json")));
     let (created, ended) = (snap.created_at.unwrap(), snap.ended_at.unwrap());
     assert!(created <= ended && ended <= snap.updated_at.unwrap());
 }
@@ -458,8 +477,15 @@ async fn a_lost_process_reads_as_failed() {
     .await;
     let supervisor = read_pid(&dir.join("supervisor.json"));
     let child = read_pid(&dir.join("pid.json"));
+    assert!(
+        held(&dir.join("pid.json")),
+        "the supervisor holds its record"
+    );
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).unwrap();
     wait_until("the supervisor dead", || !running(supervisor)).await;
+    // Its hold goes with it (once the kernel has closed its last thread's
+    // files): the read below asks /proc, which finds the process.
+    wait_until("the hold released", || !held(&dir.join("pid.json"))).await;
     assert!(
         matches!(p.read(&run).await.unwrap().state, RunState::Working { .. }),
         "the process itself still runs"
