@@ -6,9 +6,16 @@
 //! kept: this is not a cache, only a meeting point for requests that overlap in
 //! time. For remote engines it is what protects an upstream API from a crowd of
 //! pollers.
+//!
+//! A read that starts a call first lets the requests already ready on its
+//! thread run (one `yield_now`), so those for the same run join it instead of
+//! queueing behind it. An engine whose reads block (exec: local files) asks
+//! [`read_is_shared`] whether anyone joined: alone, it reads on the spot; with
+//! a crowd waiting, it hands the read to a worker thread, which keeps the
+//! async threads serving and lets more of the crowd join while it runs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,9 +29,23 @@ use crate::state::{InputResponse, Snapshot};
 
 type SharedRead = Shared<BoxFuture<'static, Result<Snapshot, Arc<EngineError>>>>;
 
+tokio::task_local! {
+    /// Set around an engine read made by [`SingleFlight`]: whether other
+    /// requests joined it before it began.
+    static SHARED: bool;
+}
+
+/// Called from inside an engine's `read`: whether other requests were already
+/// waiting on this read when it began (a crowd polling one run). `false`
+/// outside a [`SingleFlight`] read.
+#[must_use]
+pub fn read_is_shared() -> bool {
+    SHARED.try_with(|shared| *shared).unwrap_or(false)
+}
+
 /// The reads in flight, by run: an id (so a finished call removes only its own
 /// entry) and the shared call.
-type InFlight = Mutex<HashMap<NativeRef, (u64, SharedRead)>>;
+type InFlight = Mutex<HashMap<NativeRef, (u64, SharedRead, Arc<AtomicUsize>)>>;
 
 /// A pipeline whose concurrent reads of one run share one call. Every other
 /// operation passes straight through.
@@ -66,7 +87,7 @@ struct Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut map = self.in_flight.lock().expect("lock");
-        let ours = map.get(&self.run).is_some_and(|(id, _)| *id == self.id);
+        let ours = map.get(&self.run).is_some_and(|(id, ..)| *id == self.id);
         // Ours, and only the map's copy and this waiter's are left.
         if ours && self.call.strong_count().is_some_and(|n| n <= 2) {
             map.remove(&self.run);
@@ -88,29 +109,41 @@ impl Pipeline for SingleFlight {
         let waiter = {
             let mut map = self.in_flight.lock().expect("lock");
             match map.get(run) {
-                Some((id, call)) => Waiter {
-                    in_flight: self.in_flight.clone(),
-                    run: run.clone(),
-                    id: *id,
-                    call: call.clone(),
-                },
+                Some((id, call, joined)) => {
+                    joined.fetch_add(1, Ordering::Relaxed);
+                    Waiter {
+                        in_flight: self.in_flight.clone(),
+                        run: run.clone(),
+                        id: *id,
+                        call: call.clone(),
+                    }
+                }
                 None => {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let inner = self.inner.clone();
                     let in_flight = self.in_flight.clone();
                     let key = run.clone();
+                    let joined = Arc::new(AtomicUsize::new(0));
+                    let joiners = joined.clone();
                     let call = async move {
-                        let outcome = inner.read(&key).await.map_err(Arc::new);
+                        // Requests ready on this thread join before the read
+                        // begins, rather than queue behind it.
+                        tokio::task::yield_now().await;
+                        let shared = joiners.load(Ordering::Relaxed) > 0;
+                        let outcome = SHARED
+                            .scope(shared, inner.read(&key))
+                            .await
+                            .map_err(Arc::new);
                         // Returned: the next read asks the engine again.
                         let mut map = in_flight.lock().expect("lock");
-                        if map.get(&key).is_some_and(|(entry, _)| *entry == id) {
+                        if map.get(&key).is_some_and(|(entry, ..)| *entry == id) {
                             map.remove(&key);
                         }
                         outcome
                     }
                     .boxed()
                     .shared();
-                    map.insert(run.clone(), (id, call.clone()));
+                    map.insert(run.clone(), (id, call.clone(), joined));
                     Waiter {
                         in_flight: self.in_flight.clone(),
                         run: run.clone(),
@@ -180,6 +213,8 @@ mod tests {
     struct Gate {
         reads: AtomicUsize,
         release: Notify,
+        /// [`read_is_shared`] as each read found it.
+        shared: Mutex<Vec<bool>>,
     }
 
     #[async_trait]
@@ -192,6 +227,7 @@ mod tests {
         }
         async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
             let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+            self.shared.lock().unwrap().push(read_is_shared());
             self.release.notified().await;
             if run == "missing" {
                 return Err(EngineError::unavailable(
@@ -240,6 +276,36 @@ mod tests {
             "one engine call for 50 reads"
         );
         assert_eq!(p.reads_in_flight(), 0, "nothing kept after the call");
+        assert_eq!(
+            *gate.shared.lock().unwrap(),
+            [true],
+            "the engine is told a crowd waits on its read"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_read_nobody_joined_is_not_shared() {
+        let gate = Arc::new(Gate::default());
+        let p = Arc::new(SingleFlight::new(gate.clone()));
+        let (p2, run) = (p.clone(), "r".to_owned());
+        let read = tokio::spawn(async move { p2.read(&run).await });
+        until("the read reaches the engine", || {
+            gate.reads.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        gate.release.notify_waiters();
+        read.await.unwrap().unwrap();
+        assert_eq!(*gate.shared.lock().unwrap(), [false]);
+        // Outside a single-flight read the answer is no.
+        assert!(!read_is_shared());
+        let direct = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.read(&"r".to_owned()).await }
+        });
+        until("the direct read", || gate.reads.load(Ordering::SeqCst) == 2).await;
+        gate.release.notify_waiters();
+        direct.await.unwrap().unwrap();
+        assert_eq!(*gate.shared.lock().unwrap(), [false, false]);
     }
 
     #[tokio::test]
