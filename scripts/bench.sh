@@ -5,11 +5,12 @@
 #   BENCH_SECONDS=5 BENCH_MILLION=0 scripts/bench.sh   # quick look
 #   BENCH_REPEAT=5 scripts/bench.sh   # each row the median of 5 runs (default 3)
 #   BENCH_KERNEL=1 scripts/bench.sh   # also context switches, system calls and kernel share (perf)
+#   BENCH_CONNS="16 64" scripts/bench.sh   # connection counts (default 1 16 64)
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
 # (wrk) in the same run: tasks/get of one live exec task in 2026-07-28 and in
-# 2025-11-25, at 16 and 64 connections, and in 2026-07-28 with one task per
+# 2025-11-25, at 1 (one client polling), 16 and 64 connections, and in 2026-07-28 with one task per
 # connection (no single-flight sharing: one engine read per request). Prints req/s, p50/p99, server CPU per
 # request, engine calls per request (taskgate's /metrics), and the ratio to the
 # yardstick; then RSS idle and peak, tools/call → CreateTaskResult latency, the
@@ -153,7 +154,7 @@ measure() {
     c0=$(cpu_ticks "$pid")
     s0=$(sys_ticks "$pid")
     e0=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
-    out=$(wrk -t"$threads" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
+    out=$(wrk -t"$(( conns < threads ? conns : threads ))" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
     c1=$(cpu_ticks "$pid")
     s1=$(sys_ticks "$pid")
     e1=$( [ "$pid" = "$tg_pid" ] && engine_calls || echo 0 )
@@ -185,7 +186,7 @@ ratio() {
 echo
 echo "taskgate $( "$bin" --version | awk '{print $2}' ) — $(nproc) cores, wrk -t$threads, ${seconds}s per run, median of $repeat"
 printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "sys µs" "calls/req" "errors"
-for conns in 16 64; do
+for conns in ${BENCH_CONNS:-1 16 64}; do
     for row in "${rows[@]}"; do : > "$work/row.$row"; done
     for _ in $(seq "$repeat"); do
         for row in "${rows[@]}"; do
