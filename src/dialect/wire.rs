@@ -2,7 +2,7 @@
 //! results, the `_meta` keys, capability names), with the fields each version
 //! knows.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Map, Value};
 use taskgate_engine::{Content, ToolOutput};
@@ -171,10 +171,74 @@ pub fn call_tool_result(output: &ToolOutput, version: Version) -> Value {
     result
 }
 
-/// RFC 3339 with milliseconds, UTC.
+/// RFC 3339 with milliseconds, UTC (`2026-12-04T22:15:00.123Z`).
+///
+/// Written digit by digit: two go into every `tasks/get` reply, and a
+/// formatter (`Display` through `to_string`) cost more than the rest of the
+/// task's members together. An instant before 1970 reads as 1970-01-01 and one
+/// after 9999 as the last millisecond of 9999 (RFC 3339 has four digits for the
+/// year); neither comes from an engine.
 #[must_use]
 pub fn timestamp(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    const DAY: u64 = 86_400;
+    const LAST: &str = "9999-12-31T23:59:59.999Z";
+    let since = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    let secs = since.as_secs();
+    let (year, month, day) = civil_date(secs / DAY);
+    if year > 9999 {
+        return LAST.to_owned();
+    }
+    let of_day = secs % DAY;
+    let fields = [
+        (u64::from(year), 4, b'-'),
+        (u64::from(month), 2, b'-'),
+        (u64::from(day), 2, b'T'),
+        (of_day / 3600, 2, b':'),
+        (of_day / 60 % 60, 2, b':'),
+        (of_day % 60, 2, b'.'),
+        (u64::from(since.subsec_millis()), 3, b'Z'),
+    ];
+    let mut text = String::with_capacity(24);
+    for (value, width, after) in fields {
+        let mut digits = [b'0'; 4];
+        let mut rest = value;
+        for slot in digits[..width].iter_mut().rev() {
+            *slot = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        for &d in &digits[..width] {
+            text.push(char::from(d));
+        }
+        text.push(char::from(after));
+    }
+    text
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01: the days are counted
+/// in 400-year eras (146,097 days each) from 0000-03-01, so that the leap day
+/// falls at the end of each counted year.
+fn civil_date(days: u64) -> (u32, u32, u32) {
+    let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
+    let era = shifted / 146_097;
+    let day_of_era = shifted % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (
+        u32::try_from(year).unwrap_or(u32::MAX),
+        month as u32,
+        day as u32,
+    )
 }
 
 /// The server's name and version.
@@ -187,3 +251,42 @@ pub fn server_info() -> Value {
 pub const INSTRUCTIONS: &str = "taskgate runs existing pipelines as long-running tools. \
 A call may return a task handle: keep it, poll its status, then fetch the result. \
 Only handles returned by a call are valid; never make one up.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn general(t: SystemTime) -> String {
+        humantime::format_rfc3339_millis(t).to_string()
+    }
+
+    #[test]
+    fn timestamps_read_as_the_general_formatter_writes_them() {
+        for (secs, millis, text) in [
+            (0, 0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400, 7, "2000-02-29T00:00:00.007Z"),
+            (4_107_542_399, 999, "2100-02-28T23:59:59.999Z"),
+            (4_107_542_400, 0, "2100-03-01T00:00:00.000Z"),
+            (1_796_422_500, 123, "2026-12-04T22:15:00.123Z"),
+            (253_402_300_799, 999, "9999-12-31T23:59:59.999Z"),
+        ] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis);
+            assert_eq!(timestamp(t), text);
+            assert_eq!(general(t), text);
+        }
+        // Every 7 hours, 13 minutes and 17.389 seconds from 1970 to past 2400:
+        // each hour, minute, month, leap year and century boundary comes by.
+        let step = Duration::from_millis(26_997_389);
+        let mut t = UNIX_EPOCH;
+        while t < UNIX_EPOCH + Duration::from_secs(14_000_000_000) {
+            assert_eq!(timestamp(t), general(t), "{t:?}");
+            t += step;
+        }
+        // Outside 1970..=9999 (where the general formatter fails): the ends.
+        let late = UNIX_EPOCH + Duration::from_secs(253_402_300_800);
+        assert_eq!(timestamp(late), "9999-12-31T23:59:59.999Z");
+        let early = UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(timestamp(early), "1970-01-01T00:00:00.000Z");
+    }
+}
