@@ -191,29 +191,24 @@ pub fn timestamp(t: SystemTime) -> String {
         return LAST.to_owned();
     }
     let of_day = secs % DAY;
-    let fields = [
-        (u64::from(year), 4, b'-'),
-        (u64::from(month), 2, b'-'),
-        (u64::from(day), 2, b'T'),
-        (of_day / 3600, 2, b':'),
-        (of_day / 60 % 60, 2, b':'),
-        (of_day % 60, 2, b'.'),
-        (u64::from(since.subsec_millis()), 3, b'Z'),
-    ];
-    let mut text = String::with_capacity(24);
-    for (value, width, after) in fields {
-        let mut digits = [b'0'; 4];
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    for (at, width, value) in [
+        (0, 4, u64::from(year)),
+        (5, 2, u64::from(month)),
+        (8, 2, u64::from(day)),
+        (11, 2, of_day / 3600),
+        (14, 2, of_day / 60 % 60),
+        (17, 2, of_day % 60),
+        (20, 3, u64::from(since.subsec_millis())),
+    ] {
         let mut rest = value;
-        for slot in digits[..width].iter_mut().rev() {
-            *slot = b'0' + (rest % 10) as u8;
+        for digit in text[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
             rest /= 10;
         }
-        for &d in &digits[..width] {
-            text.push(char::from(d));
-        }
-        text.push(char::from(after));
     }
-    text
+    // Digits and separators only: always UTF-8.
+    String::from_utf8(text.to_vec()).unwrap_or_default()
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01: the days are counted
