@@ -237,18 +237,20 @@ echo "exec to ready (serve started → /healthz answers): ${ready_ms} ms"
 # Debian's linux-perf). For the one-task 2026-07-28 row at 16 connections and
 # the baseline: context switches and system calls per request (perf stat
 # counting, which costs the servers little), and the share of CPU samples
-# taken in the kernel.
+# taken in the kernel; the same counts for one connection (every poll reads
+# alone) and for a task per connection at 16 (reads nobody shares).
 if [ "${BENCH_KERNEL:-0}" = 1 ]; then
     command -v perf >/dev/null || { apt-get update -qq >/dev/null && apt-get install -y -qq linux-perf >/dev/null; }
-    kernel_row() { # NAME PID URL
-        local name=$1 pid=$2 target=$3 out reqs
+    kernel_row() { # NAME PID URL [LUA CONNECTIONS SAMPLE]
+        local name=$1 pid=$2 target=$3 lua=${4:-$work/get26.lua} conns=${5:-16} sample=${6:-1} out reqs
+        local wrk_threads=$(( conns < threads ? conns : threads ))
         local events=context-switches,raw_syscalls:sys_enter name_
         for name_ in recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield; do
             events+=",syscalls:sys_enter_$name_"
         done
         perf stat -x, -e "$events" -p "$pid" -o "$work/perf.$name" -- sleep $(( seconds + 1 )) &
         local stat_pid=$!
-        out=$(wrk -t"$threads" -c16 -d"${seconds}s" -s "$work/get26.lua" "$target" 2>&1)
+        out=$(wrk -t"$wrk_threads" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
         wait "$stat_pid"
         reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
         awk -F, -v n="$reqs" -v name="$name" -v order="recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield" '
@@ -261,6 +263,7 @@ if [ "${BENCH_KERNEL:-0}" = 1 ]; then
                 for (i = 1; i <= k; i++) if (calls[names[i]] / n >= 0.05) printf " %s %.2f", names[i], calls[names[i]] / n
                 printf "\n"
             }' "$work/perf.$name"
+        [ "$sample" = 1 ] || return 0
         perf record -q -e cpu-clock -F 2000 -p "$pid" -o "$work/perf.$name.data" -- sleep $(( seconds + 1 )) 2>/dev/null &
         stat_pid=$!
         wrk -t"$threads" -c16 -d"${seconds}s" -s "$work/get26.lua" "$target" >/dev/null 2>&1
@@ -274,4 +277,9 @@ if [ "${BENCH_KERNEL:-0}" = 1 ]; then
     echo "kernel side, one task, 16 connections (perf):"
     kernel_row taskgate "$tg_pid" "$url"
     kernel_row baseline "$base_pid" "http://127.0.0.1:$base_port/mcp"
+    echo "kernel side, one connection:"
+    kernel_row taskgate "$tg_pid" "$url" "$work/get26.lua" 1 0
+    kernel_row baseline "$base_pid" "http://127.0.0.1:$base_port/mcp" "$work/get26.lua" 1 0
+    echo "kernel side, a task per connection, 16 connections:"
+    kernel_row taskgate "$tg_pid" "$url" "$work/get26own.lua" 16 0
 fi
