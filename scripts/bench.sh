@@ -245,7 +245,7 @@ if [ "${BENCH_KERNEL:-0}" = 1 ]; then
         local name=$1 pid=$2 target=$3 lua=${4:-$work/get26.lua} conns=${5:-16} sample=${6:-1} out reqs
         local wrk_threads=$(( conns < threads ? conns : threads ))
         local events=context-switches,raw_syscalls:sys_enter name_
-        for name_ in recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield; do
+        for name_ in recvfrom writev write read openat close newfstatat statx fcntl getdents64 futex epoll_wait sched_yield; do
             events+=",syscalls:sys_enter_$name_"
         done
         perf stat -x, -e "$events" -p "$pid" -o "$work/perf.$name" -- sleep $(( seconds + 1 )) &
@@ -253,7 +253,7 @@ if [ "${BENCH_KERNEL:-0}" = 1 ]; then
         out=$(wrk -t"$wrk_threads" -c"$conns" -d"${seconds}s" -s "$lua" "$target" 2>&1)
         wait "$stat_pid"
         reqs=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
-        awk -F, -v n="$reqs" -v name="$name" -v order="recvfrom writev write read openat close newfstatat statx getdents64 futex epoll_wait sched_yield" '
+        awk -F, -v n="$reqs" -v name="$name" -v order="recvfrom writev write read openat close newfstatat statx fcntl getdents64 futex epoll_wait sched_yield" '
             $3 == "context-switches" { cs = $1 }
             $3 == "raw_syscalls:sys_enter" { total = $1 }
             $3 ~ /^syscalls:sys_enter_/ && $1 + 0 > 0 { sub("syscalls:sys_enter_", "", $3); calls[$3] = $1 }
