@@ -950,6 +950,53 @@ async fn sep1391_a_form_answered_after_the_server_was_killed_mid_run() {
     );
 }
 
+/// A SEP-1391 answer is a JSON-RPC response: it gets no reply that could carry
+/// a retryable error. Its write to Airflow meets a server error (answered by a
+/// proxy, as a loaded Airflow answered one in CI: SQLite locked for 30 s), and
+/// the answer still reaches the DAG: taskgate sends it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sep1391_a_form_answer_that_meets_a_server_error_still_reaches_the_dag() {
+    let Some(url) = airflow() else { return };
+    let proxy = Proxy::start(&url).await;
+    let s = setup(
+        &proxy.url,
+        "tg_form",
+        r#", result = { task_id = "use_details" }"#,
+    );
+    let server = Server::start(&s).await;
+    let c = sep1391(&server).await;
+    let token = token("op-form-fault");
+    let marker = token.clone();
+    start_op(&c, json!({"dataset": marker}), &token).await;
+    let request = op_question(&c, &token).await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let run = run_id(&url, "tg_form", &marker).await;
+    let path =
+        format!("/api/v2/dags/tg_form/dagRuns/{run}/taskInstances/ask_details/-1/hitlDetails");
+    proxy.fail_next("PATCH", &path);
+    let code = c
+        .respond(
+            &request["id"],
+            json!({"action": "accept", "content": {"region": "eu-west-1", "replicas": 2},
+                   "_operation": {"token": token}}),
+        )
+        .await;
+    assert_eq!(code, 202);
+    assert_eq!(
+        proxy.failed(),
+        vec![format!("PATCH {path}")],
+        "the fault was met"
+    );
+    c.until_op_status(&token, "completed", LIMIT).await;
+    let result = c.op_result(&token).await;
+    assert_eq!(
+        result.result()["result"]["structuredContent"],
+        json!({"chosen": ["OK"], "details": {"region": "eu-west-1", "replicas": 2}}),
+        "{:?}",
+        result.body
+    );
+}
+
 /// Counted at a proxy in front of Airflow: after a task was read, no request
 /// for its run reaches Airflow, while a 2025-11-25 `tasks/result` waiting on
 /// another task of the same server reads that one every poll interval.

@@ -77,9 +77,19 @@ pub fn ask(
 /// Forwards a client's answer to one of taskgate's input requests. Answers to
 /// ids taskgate did not seal (for this caller) are dropped.
 ///
+/// An answer is a JSON-RPC response, which gets no reply: a retryable engine
+/// error (throttled, unavailable, past its deadline) cannot reach the client,
+/// which would wait for a run that never got its answer. So forwarding is tried
+/// again, each attempt under its own call deadline, while the error is
+/// retryable and less than `server.max_wait` has passed; the client's POST
+/// waits that long at most. A repeated answer is safe: the run is read before
+/// each attempt, and an answer that did land leaves nothing outstanding to
+/// answer again.
+///
 /// # Errors
 ///
-/// Engine errors while forwarding.
+/// Engine errors while forwarding; a retryable one once `server.max_wait` has
+/// passed.
 pub async fn route_response(
     gw: &Gateway,
     caller: &Caller,
@@ -104,16 +114,27 @@ pub async fn route_response(
     };
     let mut responses = Map::new();
     responses.insert(claims.key.clone(), answer);
-    let forwarded = gw
-        .answer(
-            caller,
-            Dialect::PlainHandle,
-            tool,
-            &claims.native,
-            &responses,
-        )
-        .await
-        .map_err(|e| RpcError::from_core(e, "the run was not found"))?;
+    let forwarded = taskgate_engine::retrying(gw.server.max_wait, || async {
+        match gw
+            .answer(
+                caller,
+                Dialect::PlainHandle,
+                tool,
+                &claims.native,
+                &responses,
+            )
+            .await
+        {
+            Err(crate::core::CoreError::Engine(e)) if e.is_retryable() => {
+                tracing::warn!(tool = %tool.name(), error = %e, "forwarding an answer failed; trying again");
+                Err(e)
+            }
+            other => Ok(other),
+        }
+    })
+    .await
+    .map_err(RpcError::Engine)?
+    .map_err(|e| RpcError::from_core(e, "the run was not found"))?;
     tracing::info!(tool = %tool.name(), forwarded, "client answered an input request");
     Ok(forwarded > 0)
 }
