@@ -264,12 +264,87 @@ impl From<CoreError> for RpcError {
     }
 }
 
+/// A result or a whole response: a JSON value, or JSON already written. A
+/// reply whose members are known in advance (`tasks/get`) is written straight
+/// to bytes, without a tree of values built only to be serialized and dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// A value, serialized when sent.
+    Value(Value),
+    /// JSON text, written by `serde_json` (always one valid JSON value).
+    Written(Vec<u8>),
+}
+
+impl Body {
+    /// Writes `value` (anything `serde_json` can serialize) as JSON text.
+    #[must_use]
+    pub fn write<T: serde::Serialize + ?Sized>(value: &T) -> Self {
+        let mut bytes = Vec::with_capacity(512);
+        match serde_json::to_writer(&mut bytes, value) {
+            Ok(()) => Self::Written(bytes),
+            // Only a map with non-string keys fails; no reply has one.
+            Err(e) => Self::Value(Value::String(format!("unserializable reply: {e}"))),
+        }
+    }
+
+    /// The JSON text.
+    #[must_use]
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Self::Value(value) => {
+                let mut bytes = Vec::with_capacity(1024);
+                // Serializing a `Value` into a `Vec` cannot fail.
+                let _ = serde_json::to_writer(&mut bytes, &value);
+                bytes
+            }
+            Self::Written(bytes) => bytes,
+        }
+    }
+
+    /// The value (written text parsed back: for the few paths that hold values,
+    /// such as a batch's array).
+    #[must_use]
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Value(value) => value,
+            Self::Written(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl From<Value> for Body {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
+
+impl std::fmt::Display for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Value(value) => value.fmt(f),
+            Self::Written(bytes) => f.write_str(&String::from_utf8_lossy(bytes)),
+        }
+    }
+}
+
 /// A success response.
 #[must_use]
-pub fn ok(id: &Value, result: Value) -> Value {
-    // Built by hand: `json!` would copy `result` member by member
-    // (`to_value(&result)`), a whole second tree per response.
-    envelope(("id", id.clone()), ("result", result))
+pub fn ok(id: &Value, result: Body) -> Body {
+    match result {
+        // Built by hand: `json!` would copy `result` member by member
+        // (`to_value(&result)`), a whole second tree per response.
+        Body::Value(result) => Body::Value(envelope(("id", id.clone()), ("result", result))),
+        Body::Written(result) => {
+            let mut bytes = Vec::with_capacity(result.len() + 64);
+            bytes.extend_from_slice(br#"{"id":"#);
+            // An id is a string or a number: it serializes.
+            let _ = serde_json::to_writer(&mut bytes, id);
+            bytes.extend_from_slice(br#","jsonrpc":"2.0","result":"#);
+            bytes.extend_from_slice(&result);
+            bytes.push(b'}');
+            Body::Written(bytes)
+        }
+    }
 }
 
 fn envelope(first: (&str, Value), second: (&str, Value)) -> Value {
@@ -434,6 +509,20 @@ impl Message {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_written_result_makes_the_same_response_text_as_a_value() {
+        let result = json!({"status": "working", "taskId": "tg2.k.abc", "ttlMs": null,
+                            "createdAt": "2026-12-04T22:15:00.123Z", "pollIntervalMs": 5000});
+        for id in [json!(7), json!("req-\"1\"")] {
+            let from_value = ok(&id, Body::Value(result.clone()));
+            let from_text = ok(&id, Body::write(&result));
+            assert!(matches!(from_text, Body::Written(_)));
+            assert_eq!(from_text.to_string(), from_value.to_string());
+            assert_eq!(from_text.clone().into_bytes(), from_value.clone().into_bytes());
+            assert_eq!(from_text.into_value(), from_value.into_value());
+        }
+    }
 
     #[test]
     fn codes_and_statuses() {

@@ -157,7 +157,7 @@ impl Refusal {
 #[derive(Debug)]
 pub struct Dispatched {
     /// The response, if the message was a request.
-    pub body: Option<Value>,
+    pub body: Option<rpc::Body>,
     /// The HTTP status to use.
     pub status: u16,
     /// A sealed `Mcp-Session-Id` to send back (HTTP `initialize`).
@@ -406,6 +406,7 @@ async fn dispatch_unbounded(
                             &params,
                         ))
                         .await
+                        .map(rpc::Body::Value)
                     }
                     Era::Stateless => {
                         Box::pin(dialect::tasks_extension::handle(
@@ -421,7 +422,7 @@ async fn dispatch_unbounded(
                     Era::Session(_) if method == "initialize" => {
                         let (session, result) = dialect::initialize(&params);
                         opened = Some(session);
-                        Ok(result)
+                        Ok(rpc::Body::Value(result))
                     }
                     Era::Session(session) => {
                         Box::pin(dialect::in_session(
@@ -452,7 +453,7 @@ async fn dispatch_unbounded(
                         log_error(&e);
                         Dispatched {
                             status: e.http_status(stateless),
-                            body: Some(e.response(&id)),
+                            body: Some(e.response(&id).into()),
                             session_id: None,
                             required_scopes: e.required_scopes().map(<[String]>::to_vec),
                         }
@@ -528,7 +529,7 @@ fn unmappable_cancel(inbound: &Inbound<'_>, era: &Era, params: &Value) -> Option
             .into(),
     );
     Some(Dispatched {
-        body: Some(e.response(&Value::Null)),
+        body: Some(e.response(&Value::Null).into()),
         status: 400,
         session_id: None,
         required_scopes: None,
@@ -608,7 +609,7 @@ pub async fn dispatch_batch(
                     let era = era_of(&message, inbound.headers, session.clone());
                     let admitted = Admitted { message, era };
                     if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
-                        answers.push(body);
+                        answers.push(body.into_value());
                     }
                 }
                 Err(e) => answers.push(e.response(&id)),

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;
 use crate::core::{Caller, CoreError, Gateway};
-use crate::rpc::RpcError;
+use crate::rpc::{Body, RpcError};
 use session::Session;
 use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
 
@@ -67,16 +67,20 @@ pub async fn in_session(
     out: Option<&Outbound>,
     method: &str,
     params: &Value,
-) -> Result<Value, RpcError> {
+) -> Result<Body, RpcError> {
     match method {
-        "ping" => Ok(json!({})),
-        "tools/list" => Ok(list_tools(gw, caller, session)),
-        "tools/call" => call_tool(gw, caller, session, out, params).await,
+        "ping" => Ok(json!({}).into()),
+        "tools/list" => Ok(list_tools(gw, caller, session).into()),
+        "tools/call" => call_tool(gw, caller, session, out, params)
+            .await
+            .map(Body::Value),
         "tasks/get" | "tasks/result" | "tasks/cancel" if session.tasks() => {
             tasks_sep1686::handle(gw, caller, out, method, params).await
         }
         "tools/async/status" | "tools/async/result" if session.operations => {
-            operations::handle(gw, caller, session.version(), out, method, params).await
+            operations::handle(gw, caller, session.version(), out, method, params)
+                .await
+                .map(Body::Value)
         }
         other => Err(RpcError::MethodNotFound(other.to_owned())),
     }

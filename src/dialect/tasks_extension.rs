@@ -24,7 +24,7 @@ use super::wire::{
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::RpcError;
+use crate::rpc::{Body, RpcError};
 
 mod listen;
 pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
@@ -48,7 +48,7 @@ pub async fn handle(
     out: Option<&Outbound>,
     method: &str,
     params: &Value,
-) -> Result<Value, RpcError> {
+) -> Result<Body, RpcError> {
     if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
         // A header that disagrees with the body is a HeaderMismatch, whether or
         // not the body's version is served.
@@ -59,9 +59,11 @@ pub async fn handle(
         check_headers(gw, headers, method, params)?;
     }
     match method {
-        "server/discover" => Ok(discover()),
-        "tools/list" => Ok(list_tools(gw, caller, declared.tasks)),
-        "tools/call" => call_tool(gw, caller, out, params, &declared).await,
+        "server/discover" => Ok(discover().into()),
+        "tools/list" => Ok(list_tools(gw, caller, declared.tasks).into()),
+        "tools/call" => call_tool(gw, caller, out, params, &declared)
+            .await
+            .map(Body::Value),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declared.tasks {
                 return Err(missing_tasks());
@@ -77,7 +79,10 @@ pub async fn handle(
                     {
                         return Err(missing_elicitation());
                     }
-                    Ok(detailed_task(task_id, &claims, tool, &snapshot))
+                    // Written straight to bytes: the hot path of every poll.
+                    Ok(Body::write(&DetailedTask::of(
+                        task_id, &claims, tool, &snapshot,
+                    )))
                 }
                 "tasks/update" => {
                     let empty = Map::new();
@@ -98,12 +103,12 @@ pub async fn handle(
                         responses,
                     )
                     .await?;
-                    Ok(json!({ "resultType": "complete" }))
+                    Ok(json!({ "resultType": "complete" }).into())
                 }
                 _ => {
                     gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
                         .await?;
-                    Ok(json!({ "resultType": "complete" }))
+                    Ok(json!({ "resultType": "complete" }).into())
                 }
             }
         }
@@ -525,7 +530,8 @@ fn input_requests(
     Value::Object(map)
 }
 
-/// The `DetailedTask` view of a run.
+/// The `DetailedTask` view of a run, as a value (for the listen stream, which
+/// adds to it).
 #[must_use]
 pub fn detailed_task(
     task_id: &str,
@@ -533,57 +539,85 @@ pub fn detailed_task(
     tool: &Tool,
     snapshot: &Snapshot,
 ) -> Value {
-    let created = claims.created_at();
-    let updated = snapshot.updated_at.unwrap_or(created).max(created);
-    let poll = snapshot
-        .poll_hint
-        .unwrap_or_default()
-        .max(tool.config.poll_interval);
-    // Built member by member into one map: `json!` and `task["…"] = …` would
-    // each make and look up more than the reply needs.
-    let mut task = Map::new();
-    let mut put = |key: &str, value: Value| {
-        task.insert(key.to_owned(), value);
-    };
-    put("resultType", Value::from("complete"));
-    put("taskId", Value::from(task_id));
-    put("createdAt", Value::String(timestamp(created)));
-    put("lastUpdatedAt", Value::String(timestamp(updated)));
-    put("ttlMs", Value::from(claims.ttl_ms));
-    let poll_ms = Value::from(poll.as_millis() as u64);
-    match &snapshot.state {
-        RunState::Working { message, .. } => {
-            put("status", Value::from("working"));
-            put("pollIntervalMs", poll_ms);
-            if let Some(m) = message {
-                put("statusMessage", Value::from(m.as_str()));
+    serde_json::to_value(DetailedTask::of(task_id, claims, tool, snapshot)).unwrap_or(Value::Null)
+}
+
+/// The members of a `DetailedTask`, serialized in place: a `tasks/get` reply
+/// is written from it straight to bytes. Fields are in alphabetical order, the
+/// order a `serde_json::Map` would give them, so both ways write the same text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DetailedTask<'a> {
+    created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_requests: Option<Value>,
+    last_updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    poll_interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    result_type: &'static str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_message: Option<&'a str>,
+    task_id: &'a str,
+    /// `null` for a run kept as long as its engine keeps it.
+    ttl_ms: Option<u64>,
+}
+
+impl<'a> DetailedTask<'a> {
+    /// The view of `snapshot`, the run of task `task_id`.
+    #[must_use]
+    pub fn of(task_id: &'a str, claims: &TaskClaims, tool: &Tool, snapshot: &'a Snapshot) -> Self {
+        let created = claims.created_at();
+        let updated = snapshot.updated_at.unwrap_or(created).max(created);
+        let poll = snapshot
+            .poll_hint
+            .unwrap_or_default()
+            .max(tool.config.poll_interval);
+        let mut task = Self {
+            created_at: timestamp(created),
+            error: None,
+            input_requests: None,
+            last_updated_at: timestamp(updated),
+            poll_interval_ms: None,
+            result: None,
+            result_type: "complete",
+            status: "working",
+            status_message: None,
+            task_id,
+            ttl_ms: claims.ttl_ms,
+        };
+        let poll_ms = Some(poll.as_millis() as u64);
+        match &snapshot.state {
+            RunState::Working { message, .. } => {
+                task.poll_interval_ms = poll_ms;
+                task.status_message = message.as_deref();
+            }
+            RunState::InputRequired { requests, message } => {
+                task.status = "input_required";
+                task.poll_interval_ms = poll_ms;
+                task.status_message = message.as_deref();
+                task.input_requests = Some(input_requests(requests));
+            }
+            RunState::Completed(output) => {
+                task.status = "completed";
+                let mut result = call_tool_result(output, Version::V2026_07_28);
+                result["resultType"] = json!("complete");
+                task.result = Some(result);
+            }
+            RunState::Failed { message } => {
+                task.status = "failed";
+                task.status_message = Some(message.as_str());
+                task.error = Some(RpcError::RunFailed(message.clone()).to_object());
+            }
+            RunState::Cancelled { message } => {
+                task.status = "cancelled";
+                task.status_message = message.as_deref();
             }
         }
-        RunState::InputRequired { requests, message } => {
-            put("status", Value::from("input_required"));
-            put("pollIntervalMs", poll_ms);
-            if let Some(m) = message {
-                put("statusMessage", Value::from(m.as_str()));
-            }
-            put("inputRequests", input_requests(requests));
-        }
-        RunState::Completed(output) => {
-            put("status", Value::from("completed"));
-            let mut result = call_tool_result(output, Version::V2026_07_28);
-            result["resultType"] = json!("complete");
-            put("result", result);
-        }
-        RunState::Failed { message } => {
-            put("status", Value::from("failed"));
-            put("statusMessage", Value::from(message.as_str()));
-            put("error", RpcError::RunFailed(message.clone()).to_object());
-        }
-        RunState::Cancelled { message } => {
-            put("status", Value::from("cancelled"));
-            if let Some(m) = message {
-                put("statusMessage", Value::from(m.as_str()));
-            }
-        }
+        task
     }
-    Value::Object(task)
 }

@@ -14,7 +14,7 @@ use super::wire::{call_tool_result, timestamp, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::RpcError;
+use crate::rpc::{Body, RpcError};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -69,34 +69,59 @@ pub async fn call_as_task(
 /// The `Task` object.
 #[must_use]
 pub fn task_view(task_id: &str, claims: &TaskClaims, tool: &Tool, snapshot: &Snapshot) -> Value {
-    let created = claims.created_at();
-    let updated = snapshot.updated_at.unwrap_or(created).max(created);
-    let poll = snapshot
-        .poll_hint
-        .unwrap_or_default()
-        .max(tool.config.poll_interval);
-    let (status, message) = match &snapshot.state {
-        RunState::Working { message, .. } => ("working", message.clone()),
-        RunState::InputRequired { message, .. } => ("input_required", message.clone()),
-        RunState::Completed(out) if out.is_error => {
-            ("failed", Some("The tool reported an error".to_owned()))
+    serde_json::to_value(TaskView::of(task_id, claims, tool, snapshot)).unwrap_or(Value::Null)
+}
+
+/// The members of a 2025-11-25 `Task`, serialized in place: a `tasks/get`
+/// reply is written from it straight to bytes. Fields are in alphabetical
+/// order, the order a `serde_json::Map` would give them.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView<'a> {
+    created_at: String,
+    last_updated_at: String,
+    poll_interval: u64,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_message: Option<std::borrow::Cow<'a, str>>,
+    task_id: &'a str,
+    /// `null` for a run kept as long as its engine keeps it.
+    ttl: Option<u64>,
+}
+
+impl<'a> TaskView<'a> {
+    /// The view of `snapshot`, the run of task `task_id`.
+    #[must_use]
+    pub fn of(task_id: &'a str, claims: &TaskClaims, tool: &Tool, snapshot: &'a Snapshot) -> Self {
+        use std::borrow::Cow;
+        let created = claims.created_at();
+        let updated = snapshot.updated_at.unwrap_or(created).max(created);
+        let poll = snapshot
+            .poll_hint
+            .unwrap_or_default()
+            .max(tool.config.poll_interval);
+        let (status, message) = match &snapshot.state {
+            RunState::Working { message, .. } => ("working", message.as_deref().map(Cow::Borrowed)),
+            RunState::InputRequired { message, .. } => {
+                ("input_required", message.as_deref().map(Cow::Borrowed))
+            }
+            RunState::Completed(out) if out.is_error => {
+                ("failed", Some(Cow::Borrowed("The tool reported an error")))
+            }
+            RunState::Completed(_) => ("completed", None),
+            RunState::Failed { message } => ("failed", Some(Cow::Borrowed(message.as_str()))),
+            RunState::Cancelled { message } => ("cancelled", message.as_deref().map(Cow::Borrowed)),
+        };
+        Self {
+            created_at: timestamp(created),
+            last_updated_at: timestamp(updated),
+            poll_interval: poll.as_millis() as u64,
+            status,
+            status_message: message,
+            task_id,
+            ttl: claims.ttl_ms,
         }
-        RunState::Completed(_) => ("completed", None),
-        RunState::Failed { message } => ("failed", Some(message.clone())),
-        RunState::Cancelled { message } => ("cancelled", message.clone()),
-    };
-    let mut task = json!({
-        "taskId": task_id,
-        "status": status,
-        "createdAt": timestamp(created),
-        "lastUpdatedAt": timestamp(updated),
-        "ttl": claims.ttl_ms,
-        "pollInterval": poll.as_millis() as u64,
-    });
-    if let Some(m) = message {
-        task["statusMessage"] = json!(m);
     }
-    task
 }
 
 /// Handles `tasks/get`, `tasks/result` and `tasks/cancel`.
@@ -111,12 +136,15 @@ pub async fn handle(
     out: Option<&Outbound>,
     method: &str,
     params: &Value,
-) -> Result<Value, RpcError> {
+) -> Result<Body, RpcError> {
     let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksSep1686, params)?;
     match method {
         "tasks/get" => {
             let snapshot = gw.read(tool, &claims.native).await?;
-            Ok(task_view(task_id, &claims, tool, &snapshot))
+            // Written straight to bytes: the hot path of every poll.
+            Ok(Body::write(&TaskView::of(
+                task_id, &claims, tool, &snapshot,
+            )))
         }
         "tasks/cancel" => {
             let snapshot = gw
@@ -131,9 +159,11 @@ pub async fn handle(
             let cancelled = Snapshot::new(RunState::Cancelled {
                 message: Some("Cancelled by the client".into()),
             });
-            Ok(task_view(task_id, &claims, tool, &cancelled))
+            Ok(task_view(task_id, &claims, tool, &cancelled).into())
         }
-        "tasks/result" => result(gw, caller, out, task_id, &claims, tool).await,
+        "tasks/result" => result(gw, caller, out, task_id, &claims, tool)
+            .await
+            .map(Body::Value),
         other => Err(RpcError::MethodNotFound(other.to_owned())),
     }
 }

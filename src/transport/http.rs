@@ -192,12 +192,17 @@ async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response
 }
 
 fn json_response(status: u16, body: &Value) -> Response {
-    // Serialized straight into bytes: `to_string` would go through `Display`
-    // and its formatter, which costs more per tasks/get than the write itself.
     let mut bytes = Vec::with_capacity(1024);
-    if serde_json::to_writer(&mut bytes, body).is_err() {
-        bytes.clear();
-    }
+    // Serializing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut bytes, body);
+    json_bytes_response(status, bytes)
+}
+
+/// A JSON response of `bytes` (already written JSON text).
+fn json_bytes_response(status: u16, bytes: Vec<u8>) -> Response {
+    // Serialized straight into bytes (`Body::into_bytes`): `to_string` would go
+    // through `Display` and its formatter, which costs more per tasks/get than
+    // the write itself.
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         [(header::CONTENT_TYPE, "application/json")],
@@ -422,8 +427,8 @@ fn finish(dispatched: Dispatched, oauth: Option<&Authenticator>) -> Response {
                 scopes.join(" ")
             ),
         });
-    let mut response = match &dispatched.body {
-        Some(body) => json_response(dispatched.status, body),
+    let mut response = match dispatched.body {
+        Some(body) => json_bytes_response(dispatched.status, body.into_bytes()),
         None => StatusCode::ACCEPTED.into_response(),
     };
     if let Some(id) = dispatched.session_id {
@@ -437,7 +442,7 @@ fn finish(dispatched: Dispatched, oauth: Option<&Authenticator>) -> Response {
     response
 }
 
-fn sse_event(message: &Value) -> Bytes {
+fn sse_event(message: &impl std::fmt::Display) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
 }
 

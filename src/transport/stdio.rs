@@ -92,7 +92,7 @@ where
                 flight.lock().expect("lock").remove(&key);
             }
             if let Some(body) = dispatched.body {
-                let _ = tx.send(body);
+                let _ = tx.send(body.into_value());
             }
         });
         if let Some(key) = request_key {
