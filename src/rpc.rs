@@ -519,7 +519,10 @@ mod tests {
             let from_text = ok(&id, Body::write(&result));
             assert!(matches!(from_text, Body::Written(_)));
             assert_eq!(from_text.to_string(), from_value.to_string());
-            assert_eq!(from_text.clone().into_bytes(), from_value.clone().into_bytes());
+            assert_eq!(
+                from_text.clone().into_bytes(),
+                from_value.clone().into_bytes()
+            );
             assert_eq!(from_text.into_value(), from_value.into_value());
         }
     }

@@ -80,9 +80,9 @@ pub async fn handle(
                         return Err(missing_elicitation());
                     }
                     // Written straight to bytes: the hot path of every poll.
-                    Ok(Body::write(&DetailedTask::of(
-                        task_id, &claims, tool, &snapshot,
-                    )))
+                    Ok(Body::Written(
+                        DetailedTask::of(task_id, &claims, tool, &snapshot).to_json(),
+                    ))
                 }
                 "tasks/update" => {
                     let empty = Map::new();
@@ -619,5 +619,124 @@ impl<'a> DetailedTask<'a> {
             }
         }
         task
+    }
+
+    /// The JSON text of the view: what `serde_json` writes for it (tested),
+    /// written member by member so that the task id and the timestamps are
+    /// copied rather than scanned for escapes.
+    #[must_use]
+    pub fn to_json(&self) -> Vec<u8> {
+        use super::wire::json;
+        let mut out = Vec::with_capacity(256 + self.task_id.len());
+        json::key(&mut out, "createdAt", true);
+        json::string(&mut out, &self.created_at);
+        if let Some(error) = &self.error {
+            json::key(&mut out, "error", false);
+            json::value(&mut out, error);
+        }
+        if let Some(requests) = &self.input_requests {
+            json::key(&mut out, "inputRequests", false);
+            json::value(&mut out, requests);
+        }
+        json::key(&mut out, "lastUpdatedAt", false);
+        json::string(&mut out, &self.last_updated_at);
+        if let Some(poll) = self.poll_interval_ms {
+            json::key(&mut out, "pollIntervalMs", false);
+            json::number(&mut out, Some(poll));
+        }
+        if let Some(result) = &self.result {
+            json::key(&mut out, "result", false);
+            json::value(&mut out, result);
+        }
+        json::key(&mut out, "resultType", false);
+        json::string(&mut out, self.result_type);
+        json::key(&mut out, "status", false);
+        json::string(&mut out, self.status);
+        if let Some(message) = self.status_message {
+            json::key(&mut out, "statusMessage", false);
+            json::string(&mut out, message);
+        }
+        json::key(&mut out, "taskId", false);
+        json::string(&mut out, self.task_id);
+        json::key(&mut out, "ttlMs", false);
+        json::number(&mut out, self.ttl_ms);
+        out.push(b'}');
+        out
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+
+    #[test]
+    fn the_written_view_is_what_serde_json_writes() {
+        let base = DetailedTask {
+            created_at: "2026-12-04T22:15:00.123Z".into(),
+            error: None,
+            input_requests: None,
+            last_updated_at: "2026-12-04T22:16:00.000Z".into(),
+            poll_interval_ms: Some(5000),
+            result: None,
+            result_type: "complete",
+            status: "working",
+            status_message: Some("step 2 of 3"),
+            task_id: "tg2.k.AbC-_9",
+            ttl_ms: Some(86_400_000),
+        };
+        let odd = "quote \" backslash \\ newline \n tab \t bell \u{7} é ✓ \u{7f}";
+        let views = [
+            DetailedTask {
+                ..base_clone(&base)
+            },
+            DetailedTask {
+                ttl_ms: None,
+                status_message: None,
+                ..base_clone(&base)
+            },
+            DetailedTask {
+                status_message: Some(odd),
+                ..base_clone(&base)
+            },
+            DetailedTask {
+                status: "completed",
+                poll_interval_ms: None,
+                result: Some(json!({"content": [{"type": "text", "text": odd}], "isError": false})),
+                ..base_clone(&base)
+            },
+            DetailedTask {
+                status: "failed",
+                error: Some(json!({"code": -32603, "message": odd})),
+                ..base_clone(&base)
+            },
+            DetailedTask {
+                status: "input_required",
+                input_requests: Some(json!({"ask": {"method": "elicitation/create"}})),
+                ..base_clone(&base)
+            },
+        ];
+        for view in &views {
+            let serde = serde_json::to_vec(view).unwrap();
+            assert_eq!(
+                String::from_utf8(view.to_json()).unwrap(),
+                String::from_utf8(serde).unwrap()
+            );
+        }
+    }
+
+    fn base_clone<'a>(v: &DetailedTask<'a>) -> DetailedTask<'a> {
+        DetailedTask {
+            created_at: v.created_at.clone(),
+            error: v.error.clone(),
+            input_requests: v.input_requests.clone(),
+            last_updated_at: v.last_updated_at.clone(),
+            poll_interval_ms: v.poll_interval_ms,
+            result: v.result.clone(),
+            result_type: v.result_type,
+            status: v.status,
+            status_message: v.status_message,
+            task_id: v.task_id,
+            ttl_ms: v.ttl_ms,
+        }
     }
 }

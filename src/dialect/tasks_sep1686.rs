@@ -122,6 +122,33 @@ impl<'a> TaskView<'a> {
             ttl: claims.ttl_ms,
         }
     }
+
+    /// The JSON text of the view: what `serde_json` writes for it (tested),
+    /// written member by member so that the task id and the timestamps are
+    /// copied rather than scanned for escapes.
+    #[must_use]
+    pub fn to_json(&self) -> Vec<u8> {
+        use super::wire::json;
+        let mut out = Vec::with_capacity(192 + self.task_id.len());
+        json::key(&mut out, "createdAt", true);
+        json::string(&mut out, &self.created_at);
+        json::key(&mut out, "lastUpdatedAt", false);
+        json::string(&mut out, &self.last_updated_at);
+        json::key(&mut out, "pollInterval", false);
+        json::number(&mut out, Some(self.poll_interval));
+        json::key(&mut out, "status", false);
+        json::string(&mut out, self.status);
+        if let Some(message) = &self.status_message {
+            json::key(&mut out, "statusMessage", false);
+            json::string(&mut out, message);
+        }
+        json::key(&mut out, "taskId", false);
+        json::string(&mut out, self.task_id);
+        json::key(&mut out, "ttl", false);
+        json::number(&mut out, self.ttl);
+        out.push(b'}');
+        out
+    }
 }
 
 /// Handles `tasks/get`, `tasks/result` and `tasks/cancel`.
@@ -142,9 +169,9 @@ pub async fn handle(
         "tasks/get" => {
             let snapshot = gw.read(tool, &claims.native).await?;
             // Written straight to bytes: the hot path of every poll.
-            Ok(Body::write(&TaskView::of(
-                task_id, &claims, tool, &snapshot,
-            )))
+            Ok(Body::Written(
+                TaskView::of(task_id, &claims, tool, &snapshot).to_json(),
+            ))
         }
         "tasks/cancel" => {
             let snapshot = gw
@@ -271,4 +298,33 @@ fn notify_status(
         "method": "notifications/tasks/status",
         "params": task,
     }));
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    #[test]
+    fn the_written_view_is_what_serde_json_writes() {
+        let view = |message: Option<&'static str>, ttl: Option<u64>| TaskView {
+            created_at: "2026-12-04T22:15:00.123Z".into(),
+            last_updated_at: "2026-12-04T22:16:00.000Z".into(),
+            poll_interval: 5000,
+            status: "working",
+            status_message: message.map(Cow::Borrowed),
+            task_id: "tg2.k.AbC-_9",
+            ttl,
+        };
+        for v in [
+            view(Some("step 2 of 3"), Some(60_000)),
+            view(None, None),
+            view(Some("quote \" backslash \\ newline \n \u{1} é ✓"), Some(1)),
+        ] {
+            assert_eq!(
+                String::from_utf8(v.to_json()).unwrap(),
+                serde_json::to_string(&v).unwrap()
+            );
+        }
+    }
 }

@@ -211,6 +211,53 @@ pub fn timestamp(t: SystemTime) -> String {
     String::from_utf8(text.to_vec()).unwrap_or_default()
 }
 
+/// JSON text written member by member, for the replies written straight to
+/// bytes. Each piece writes what `serde_json` would: strings escaped the same
+/// way, so a view written here and the same view serialized by `serde_json`
+/// are the same text (tested where the views are).
+pub mod json {
+    use serde_json::Value;
+
+    /// Writes `s` as a JSON string. Text without quotes, backslashes or control
+    /// characters (a task id, a timestamp, most messages) is copied as it is;
+    /// anything else goes through `serde_json`'s escaping.
+    pub fn string(out: &mut Vec<u8>, s: &str) {
+        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            out.reserve(s.len() + 2);
+            out.push(b'"');
+            out.extend_from_slice(s.as_bytes());
+            out.push(b'"');
+        } else {
+            // Writing a `str` into a `Vec` cannot fail.
+            let _ = serde_json::to_writer(&mut *out, s);
+        }
+    }
+
+    /// Writes `,"key":` (or `{"key":` for the first member); `key` is a plain
+    /// member name.
+    pub fn key(out: &mut Vec<u8>, key: &str, first: bool) {
+        out.push(if first { b'{' } else { b',' });
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
+    }
+
+    /// Writes a number, or `null`.
+    pub fn number(out: &mut Vec<u8>, n: Option<u64>) {
+        match n {
+            Some(n) => {
+                let _ = serde_json::to_writer(&mut *out, &n);
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+
+    /// Writes a value.
+    pub fn value(out: &mut Vec<u8>, v: &Value) {
+        let _ = serde_json::to_writer(&mut *out, v);
+    }
+}
+
 /// The proleptic Gregorian date `days` after 1970-01-01: the days are counted
 /// in 400-year eras (146,097 days each) from 0000-03-01, so that the leap day
 /// falls at the end of each counted year.
