@@ -222,7 +222,7 @@ pub mod json {
     /// characters (a task id, a timestamp, most messages) is copied as it is;
     /// anything else goes through `serde_json`'s escaping.
     pub fn string(out: &mut Vec<u8>, s: &str) {
-        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        if !needs_escape(s.as_bytes()) {
             out.reserve(s.len() + 2);
             out.push(b'"');
             out.extend_from_slice(s.as_bytes());
@@ -231,6 +231,34 @@ pub mod json {
             // Writing a `str` into a `Vec` cannot fail.
             let _ = serde_json::to_writer(&mut *out, s);
         }
+    }
+
+    /// Whether `bytes` hold a quote, a backslash or a control character (what
+    /// JSON escapes), looked for eight bytes at a time: a byte is below 0x20,
+    /// or equal to one of the two, exactly when the usual zero-byte test finds
+    /// one in the word (minus 0x20 each; XOR each of the two).
+    fn needs_escape(bytes: &[u8]) -> bool {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGH;
+        let zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH;
+        let mut words = bytes.chunks_exact(8);
+        for chunk in &mut words {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(chunk);
+            let word = u64::from_le_bytes(eight);
+            if below(word, 0x20)
+                | zero(word ^ (ONES * u64::from(b'"')))
+                | zero(word ^ (ONES * u64::from(b'\\')))
+                != 0
+            {
+                return true;
+            }
+        }
+        words
+            .remainder()
+            .iter()
+            .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
     }
 
     /// Writes `,"key":` (or `{"key":` for the first member); `key` is a plain
@@ -330,5 +358,30 @@ mod tests {
         assert_eq!(timestamp(late), "9999-12-31T23:59:59.999Z");
         let early = UNIX_EPOCH - Duration::from_secs(86_400);
         assert_eq!(timestamp(early), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        // Every byte value that can start or sit in a UTF-8 string, at every
+        // offset of a word and in the tail, among plain text on both sides.
+        let mut samples: Vec<String> = vec![String::new(), "plain".into(), "é✓🙂".into()];
+        for c in (0u32..0x80).chain([0xe9, 0x2713, 0x1f642]) {
+            let c = char::from_u32(c).unwrap();
+            for at in 0..17 {
+                let mut text: String = "abcdefghijklmnopqrstuvwx".chars().take(at).collect();
+                text.push(c);
+                text.push_str("yz0123456789");
+                samples.push(text);
+            }
+        }
+        for text in &samples {
+            let mut ours = Vec::new();
+            json::string(&mut ours, text);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(text).unwrap(),
+                "{text:?}"
+            );
+        }
     }
 }
