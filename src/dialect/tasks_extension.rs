@@ -18,8 +18,8 @@ use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
 use super::wire::{
-    call_tool_result, header, server_info, timestamp, tool_entry, Outbound, Version, INSTRUCTIONS,
-    META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
+    call_tool_result, header, server_info, task_times, timestamp, tool_entry, Outbound, Version,
+    INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
@@ -571,17 +571,12 @@ impl<'a> DetailedTask<'a> {
     /// The view of `snapshot`, the run of task `task_id`.
     #[must_use]
     pub fn of(task_id: &'a str, claims: &TaskClaims, tool: &Tool, snapshot: &'a Snapshot) -> Self {
-        let created = claims.created_at();
-        let updated = snapshot.updated_at.unwrap_or(created).max(created);
-        let poll = snapshot
-            .poll_hint
-            .unwrap_or_default()
-            .max(tool.config.poll_interval);
+        let (created_at, last_updated_at, poll_ms) = task_times(claims, tool, snapshot);
         let mut task = Self {
-            created_at: timestamp(created),
+            created_at,
             error: None,
             input_requests: None,
-            last_updated_at: timestamp(updated),
+            last_updated_at,
             poll_interval_ms: None,
             result: None,
             result_type: "complete",
@@ -590,7 +585,7 @@ impl<'a> DetailedTask<'a> {
             task_id,
             ttl_ms: claims.ttl_ms,
         };
-        let poll_ms = Some(poll.as_millis() as u64);
+        let poll_ms = Some(poll_ms);
         match &snapshot.state {
             RunState::Working { message, .. } => {
                 task.poll_interval_ms = poll_ms;

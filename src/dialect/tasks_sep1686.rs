@@ -10,7 +10,7 @@ use taskgate_engine::{RunState, Snapshot};
 
 use super::input;
 use super::task_ref::open_task;
-use super::wire::{call_tool_result, timestamp, Outbound, Version};
+use super::wire::{call_tool_result, task_times, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
@@ -94,12 +94,7 @@ impl<'a> TaskView<'a> {
     #[must_use]
     pub fn of(task_id: &'a str, claims: &TaskClaims, tool: &Tool, snapshot: &'a Snapshot) -> Self {
         use std::borrow::Cow;
-        let created = claims.created_at();
-        let updated = snapshot.updated_at.unwrap_or(created).max(created);
-        let poll = snapshot
-            .poll_hint
-            .unwrap_or_default()
-            .max(tool.config.poll_interval);
+        let (created_at, last_updated_at, poll_interval) = task_times(claims, tool, snapshot);
         let (status, message) = match &snapshot.state {
             RunState::Working { message, .. } => ("working", message.as_deref().map(Cow::Borrowed)),
             RunState::InputRequired { message, .. } => {
@@ -113,9 +108,9 @@ impl<'a> TaskView<'a> {
             RunState::Cancelled { message } => ("cancelled", message.as_deref().map(Cow::Borrowed)),
         };
         Self {
-            created_at: timestamp(created),
-            last_updated_at: timestamp(updated),
-            poll_interval: poll.as_millis() as u64,
+            created_at,
+            last_updated_at,
+            poll_interval,
             status,
             status_message: message,
             task_id,

@@ -171,6 +171,28 @@ pub fn call_tool_result(output: &ToolOutput, version: Version) -> Value {
     result
 }
 
+/// The times every task view shows: when the task was created, when its run
+/// last changed (never before the creation) as RFC 3339, and the poll interval
+/// in milliseconds (the engine's hint, at least the tool's `poll_interval`).
+#[must_use]
+pub fn task_times(
+    claims: &crate::core::handle::TaskClaims,
+    tool: &Tool,
+    snapshot: &taskgate_engine::Snapshot,
+) -> (String, String, u64) {
+    let created = claims.created_at();
+    let updated = snapshot.updated_at.unwrap_or(created).max(created);
+    let poll = snapshot
+        .poll_hint
+        .unwrap_or_default()
+        .max(tool.config.poll_interval);
+    (
+        timestamp(created),
+        timestamp(updated),
+        u64::try_from(poll.as_millis()).unwrap_or(u64::MAX),
+    )
+}
+
 /// RFC 3339 with milliseconds, UTC (`2026-12-04T22:15:00.123Z`).
 ///
 /// Written digit by digit: two go into every `tasks/get` reply, and a
