@@ -67,6 +67,13 @@ export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
 export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=1
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=1
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=300
+# A worker's calls to the api-server (its execution API) time out after 5 s by
+# default, five tries in about 31 s; on a loaded 2-core machine the api-server's
+# SQLite writes wait up to 30 s (the `timeout=30` above), and a task failed with
+# "API_SERVER_ERROR ... ReadTimeout" in a CI run. Airflow's own advice for high
+# load: a longer timeout.
+export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=60
+export AIRFLOW__WORKERS__EXECUTION_API_RETRIES=8
 export AIRFLOW__LOGGING__LOGGING_LEVEL=INFO
 
 answers() {
