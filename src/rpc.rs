@@ -276,17 +276,6 @@ pub enum Body {
 }
 
 impl Body {
-    /// Writes `value` (anything `serde_json` can serialize) as JSON text.
-    #[must_use]
-    pub fn write<T: serde::Serialize + ?Sized>(value: &T) -> Self {
-        let mut bytes = Vec::with_capacity(512);
-        match serde_json::to_writer(&mut bytes, value) {
-            Ok(()) => Self::Written(bytes),
-            // Only a map with non-string keys fails; no reply has one.
-            Err(e) => Self::Value(Value::String(format!("unserializable reply: {e}"))),
-        }
-    }
-
     /// The JSON text.
     #[must_use]
     pub fn into_bytes(self) -> Vec<u8> {
@@ -516,7 +505,7 @@ mod tests {
                             "createdAt": "2026-12-04T22:15:00.123Z", "pollIntervalMs": 5000});
         for id in [json!(7), json!("req-\"1\"")] {
             let from_value = ok(&id, Body::Value(result.clone()));
-            let from_text = ok(&id, Body::write(&result));
+            let from_text = ok(&id, Body::Written(serde_json::to_vec(&result).unwrap()));
             assert!(matches!(from_text, Body::Written(_)));
             assert_eq!(from_text.to_string(), from_value.to_string());
             assert_eq!(
