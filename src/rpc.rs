@@ -6,6 +6,11 @@ use taskgate_engine::EngineError;
 
 use crate::core::CoreError;
 
+mod params;
+
+use params::Walked;
+pub use params::{Facts, Member, Params, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION};
+
 /// How long a client refused by a server bound is told to wait.
 const BUSY_RETRY_MS: u64 = 1000;
 
@@ -363,14 +368,14 @@ pub enum Message {
         /// Its method.
         method: String,
         /// Its params (an empty object when absent).
-        params: Value,
+        params: Params,
     },
     /// A notification: no response.
     Notification {
         /// Its method.
         method: String,
-        /// Its params.
-        params: Value,
+        /// Its params (an empty object when absent).
+        params: Params,
     },
     /// A response from the client to a request of ours.
     Response {
@@ -385,7 +390,8 @@ pub enum Message {
 
 /// The members of a JSON-RPC message that taskgate looks at, read straight from
 /// the body without building a map of the whole object first. `Some(Null)` is a
-/// member written as `null`; `None` one that is absent.
+/// member written as `null`; `None` one that is absent. `params` is walked, not
+/// built: see [`Params`].
 #[derive(serde::Deserialize)]
 struct Envelope {
     #[serde(default, deserialize_with = "present")]
@@ -394,8 +400,8 @@ struct Envelope {
     id: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     method: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    params: Option<Value>,
+    #[serde(default)]
+    params: Option<Walked>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -420,13 +426,23 @@ impl Message {
         // takes the general path, which answers it exactly as before.
         // (A derived struct would also accept an array, so only objects go there.)
         let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        if let Some(e) = object
+        // So do params that are not an object, which the general path refuses.
+        let envelope = object
             .then(|| serde_json::from_slice::<Envelope>(body).ok())
-            .flatten()
-        {
-            let id = e.id.clone().unwrap_or(Value::Null);
-            return Self::from_members(e.jsonrpc, e.id, e.method, e.params, e.result, e.error)
-                .map_err(|err| (err, id));
+            .flatten();
+        if let Some(e) = envelope {
+            let params = match e.params {
+                None | Some(Walked::Null) => Some(ParamsIn::Absent),
+                Some(Walked::Object(facts)) => {
+                    Some(ParamsIn::Object(Params::from_body(body, facts)))
+                }
+                Some(Walked::Other) => None,
+            };
+            if let Some(params) = params {
+                let id = e.id.clone().unwrap_or(Value::Null);
+                return Self::from_members(e.jsonrpc, e.id, e.method, params, e.result, e.error)
+                    .map_err(|err| (err, id));
+            }
         }
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| (RpcError::Parse(e.to_string()), Value::Null))?;
@@ -443,11 +459,16 @@ impl Message {
         let Value::Object(mut obj) = value else {
             return Err(RpcError::InvalidRequest("expected a JSON object".into()));
         };
+        let params = match obj.remove("params") {
+            None | Some(Value::Null) => ParamsIn::Absent,
+            Some(p @ Value::Object(_)) => ParamsIn::Object(Params::from_value(p)),
+            Some(_) => ParamsIn::NotObject,
+        };
         Self::from_members(
             obj.remove("jsonrpc"),
             obj.remove("id"),
             obj.remove("method"),
-            obj.remove("params"),
+            params,
             obj.remove("result"),
             obj.remove("error"),
         )
@@ -457,7 +478,7 @@ impl Message {
         jsonrpc: Option<Value>,
         id: Option<Value>,
         method: Option<Value>,
-        params: Option<Value>,
+        params: ParamsIn,
         result: Option<Value>,
         error: Option<Value>,
     ) -> Result<Self, RpcError> {
@@ -474,9 +495,9 @@ impl Message {
         match (method, id) {
             (Some(Value::String(method)), id) => {
                 let params = match params {
-                    None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
-                    Some(p @ Value::Object(_)) => p,
-                    Some(_) => {
+                    ParamsIn::Absent => Params::default(),
+                    ParamsIn::Object(p) => p,
+                    ParamsIn::NotObject => {
                         return Err(RpcError::InvalidRequest("params must be an object".into()))
                     }
                 };
@@ -492,6 +513,16 @@ impl Message {
             (None, _) => Err(RpcError::InvalidRequest("missing method".into())),
         }
     }
+}
+
+/// A message's `params` member, as the envelope found it.
+enum ParamsIn {
+    /// Absent or `null`: an empty object.
+    Absent,
+    /// An object.
+    Object(Params),
+    /// Anything else (refused).
+    NotObject,
 }
 
 #[cfg(test)]
@@ -643,14 +674,39 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":5,"method":"x","extra":{"deep":[1,2]}}"#,
             r#"[1]"#,
             r#""text""#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tasks/get","params":{"taskId":"a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}},"elicitation":{}}}}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tasks/get","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":7}}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tasks/get","params":{"taskId":"a","taskId":1}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"a":1},"params":{"b":2}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"a":"\ud800"}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":["\ud800"]}"#,
+            r#"{"jsonrpc":"1.0","id":6,"method":"x","params":{"a":"\ud800"}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":"text"}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"$serde_json::private::RawValue":"{\"taskId\":\"t\"}"}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"taskId":"t","$serde_json::private::RawValue":"{}"}}"#,
         ];
-        for body in bodies {
+        let agree = |body: &str| {
             let general = serde_json::from_slice::<Value>(body.as_bytes())
-                .map_err(|e| e.to_string())
+                .map_err(|e| RpcError::Parse(e.to_string()).to_string())
                 .and_then(|v| Message::parse(v).map_err(|e| e.to_string()));
             let fast = Message::from_slice(body.as_bytes()).map_err(|(e, _)| e.to_string());
+            // Params print their tree and their facts: both agree.
             assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{body}");
-        }
+        };
+        bodies.into_iter().for_each(agree);
+        // Nested as deep as the parser allows, and one deeper.
+        let deep = |n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"method":"x","params":{{"a":{}0{}}}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        let limit = (1..200)
+            .find(|n| serde_json::from_str::<Value>(&deep(*n)).is_err())
+            .expect("the parser has a nesting limit");
+        agree(&deep(limit - 1));
+        agree(&deep(limit));
         let (e, id) = Message::from_slice(b"{not json").unwrap_err();
         assert!(matches!(e, RpcError::Parse(_)) && id.is_null());
         let (_, id) = Message::from_slice(br#"{"jsonrpc":"1.0","id":9,"method":"x"}"#).unwrap_err();

@@ -20,7 +20,7 @@ use crate::core::budget;
 use crate::core::handle::Purpose;
 use crate::core::{Caller, Gateway};
 use crate::dialect::session::Session;
-use crate::dialect::wire::{Outbound, Version, META_VERSION};
+use crate::dialect::wire::{Outbound, Version};
 use crate::dialect::{self};
 use crate::rpc::{self, Message, RpcError};
 
@@ -250,11 +250,8 @@ pub fn local_caller(gw: &Gateway) -> Caller {
 /// body that then lacks the `_meta` keys is a malformed 2026-07-28 request,
 /// answered -32602 with HTTP 400, not a legacy one: legacy sessions never send
 /// such a header).
-fn is_stateless(params: &Value, headers: Option<&HeaderMap>) -> bool {
-    params
-        .get("_meta")
-        .and_then(|m| m.get(META_VERSION))
-        .is_some()
+fn is_stateless(params: &rpc::Params, headers: Option<&HeaderMap>) -> bool {
+    params.facts().version != rpc::Member::Absent
         || header_version(headers).is_some_and(|v| !Version::LEGACY.contains(&v))
 }
 

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;
 use crate::core::{Caller, CoreError, Gateway};
-use crate::rpc::{Body, RpcError};
+use crate::rpc::{Body, Params, RpcError};
 use session::Session;
 use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
 
@@ -66,7 +66,7 @@ pub async fn in_session(
     session: &Session,
     out: Option<&Outbound>,
     method: &str,
-    params: &Value,
+    params: &Params,
 ) -> Result<Body, RpcError> {
     match method {
         "ping" => Ok(json!({}).into()),

@@ -1,10 +1,8 @@
 //! The one place a request's `params.taskId` is opened into the run it names.
 
-use serde_json::Value;
-
 use crate::core::handle::{short, Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::RpcError;
+use crate::rpc::{Params, RpcError};
 
 /// Opens the task named by `params.taskId` for `caller` in `dialect` and notes it
 /// (shortened) on the request's log span.
@@ -17,11 +15,10 @@ pub fn open_task<'p, 'g>(
     gw: &'g Gateway,
     caller: &Caller,
     dialect: Dialect,
-    params: &'p Value,
+    params: &'p Params,
 ) -> Result<(&'p str, TaskClaims, &'g Tool), RpcError> {
     let task_id = params
-        .get("taskId")
-        .and_then(Value::as_str)
+        .task_id()
         .ok_or_else(|| RpcError::InvalidParams("taskId is required".into()))?;
     let (claims, tool) = gw.open(caller, dialect, task_id)?;
     tracing::Span::current().record("task", short(task_id));

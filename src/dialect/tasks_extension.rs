@@ -24,7 +24,7 @@ use super::wire::{
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::{Body, RpcError};
+use crate::rpc::{Body, Member, Params, RpcError};
 
 mod listen;
 pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
@@ -47,9 +47,9 @@ pub async fn handle(
     headers: Option<&HeaderMap>,
     out: Option<&Outbound>,
     method: &str,
-    params: &Value,
+    params: &Params,
 ) -> Result<Body, RpcError> {
-    if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
+    if let (Some(headers), Some(version)) = (headers, params.meta_version()) {
         // A header that disagrees with the body is a HeaderMismatch, whether or
         // not the body's version is served.
         require_header(headers, &header::PROTOCOL_VERSION, version)?;
@@ -126,14 +126,11 @@ fn missing_elicitation() -> RpcError {
     RpcError::MissingCapability(json!({ "elicitation": {} }))
 }
 
-fn check_meta(params: &Value) -> Result<Declared, RpcError> {
-    let meta = params.get("_meta").unwrap_or(&Value::Null);
-    let version = meta
-        .get(META_VERSION)
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            RpcError::MissingMeta(format!("_meta[\"{META_VERSION}\"] must be a string"))
-        })?;
+fn check_meta(params: &Params) -> Result<Declared, RpcError> {
+    let facts = params.facts();
+    let version = facts.version.as_str().ok_or_else(|| {
+        RpcError::MissingMeta(format!("_meta[\"{META_VERSION}\"] must be a string"))
+    })?;
     if version != Version::V2026_07_28.as_str() {
         return Err(RpcError::UnsupportedVersion {
             supported: vec![Version::V2026_07_28.as_str()],
@@ -141,22 +138,18 @@ fn check_meta(params: &Value) -> Result<Declared, RpcError> {
             hint: "for 2025-11-25 and older versions, start with initialize",
         });
     }
-    let caps = meta.get(META_CAPABILITIES).ok_or_else(|| {
-        RpcError::MissingMeta(format!(
+    match facts.capabilities {
+        Member::Object => Ok(Declared {
+            tasks: facts.tasks,
+            elicitation: facts.elicitation,
+        }),
+        Member::Absent => Err(RpcError::MissingMeta(format!(
             "_meta[\"{META_CAPABILITIES}\"] is required on every request"
-        ))
-    })?;
-    if !caps.is_object() {
-        return Err(RpcError::MissingMeta(format!(
+        ))),
+        _ => Err(RpcError::MissingMeta(format!(
             "_meta[\"{META_CAPABILITIES}\"] must be an object"
-        )));
+        ))),
     }
-    let tasks = caps
-        .get("extensions")
-        .and_then(|e| e.get(TASKS_EXTENSION))
-        .is_some();
-    let elicitation = caps.get("elicitation").is_some();
-    Ok(Declared { tasks, elicitation })
 }
 
 /// Decodes a header value, including the `=?base64?…?=` form for non-ASCII values.
@@ -211,9 +204,9 @@ fn check_headers(
     gw: &Gateway,
     headers: &HeaderMap,
     method: &str,
-    params: &Value,
+    params: &Params,
 ) -> Result<(), RpcError> {
-    let version = params["_meta"][META_VERSION].as_str().unwrap_or_default();
+    let version = params.meta_version().unwrap_or_default();
     require_header(headers, &header::PROTOCOL_VERSION, version)?;
     require_header(headers, &header::METHOD, method)?;
     let name_field = match method {
@@ -223,10 +216,12 @@ fn check_headers(
         _ => None,
     };
     if let Some(field) = name_field {
-        let expected = params
-            .get(field)
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let expected = if field == "taskId" {
+            params.task_id()
+        } else {
+            params.get(field).and_then(Value::as_str)
+        }
+        .unwrap_or_default();
         require_header(headers, &header::NAME, expected)?;
     }
     if method == "tools/call" {

@@ -14,7 +14,7 @@ use super::wire::{call_tool_result, task_times, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::{Body, RpcError};
+use crate::rpc::{Body, Params, RpcError};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -157,7 +157,7 @@ pub async fn handle(
     caller: &Caller,
     out: Option<&Outbound>,
     method: &str,
-    params: &Value,
+    params: &Params,
 ) -> Result<Body, RpcError> {
     let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksSep1686, params)?;
     match method {

@@ -13,12 +13,9 @@ use crate::core::Tool;
 /// notifications, input requests): the SSE stream of the POST, or stdout.
 pub type Outbound = tokio::sync::mpsc::UnboundedSender<Value>;
 
-/// `_meta` key of the protocol version (2026-07-28).
-pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of the client capabilities (2026-07-28).
-pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The tasks extension id (2026-07-28).
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The 2026-07-28 `_meta` keys and the tasks extension id: defined where a
+/// request's params are read, which checks them on every request.
+pub use crate::rpc::{META_CAPABILITIES, META_VERSION, TASKS_EXTENSION};
 /// The experimental capability a legacy client declares at `initialize` to opt
 /// in to SEP-1391 operations, and that taskgate echoes back.
 pub const SEP1391_CAPABILITY: &str = "taskgate/sep-1391";

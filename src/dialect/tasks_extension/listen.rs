@@ -13,12 +13,12 @@ use axum::http::HeaderMap;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use super::super::wire::{header, Outbound, META_VERSION};
+use super::super::wire::{header, Outbound};
 use super::{check_headers, check_meta, detailed_task, missing_tasks, require_header};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
 use crate::core::{Caller, CoreError, Gateway, Tool};
-use crate::rpc::RpcError;
+use crate::rpc::{Params, RpcError};
 
 /// The `_meta` key every message of a listen stream carries.
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -46,9 +46,9 @@ pub async fn listen(
     headers: Option<&HeaderMap>,
     out: Option<&Outbound>,
     id: &Value,
-    params: &Value,
+    params: &Params,
 ) -> Result<Value, RpcError> {
-    if let (Some(headers), Some(version)) = (headers, params["_meta"][META_VERSION].as_str()) {
+    if let (Some(headers), Some(version)) = (headers, params.meta_version()) {
         require_header(headers, &header::PROTOCOL_VERSION, version)?;
     }
     let declared = check_meta(params)?;
