@@ -425,11 +425,15 @@ impl Message {
         // the whole message; anything unusual (not an object, a repeated member)
         // takes the general path, which answers it exactly as before.
         // (A derived struct would also accept an array, so only objects go there.)
-        let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         // So do params that are not an object, which the general path refuses.
+        // The body's UTF-8 is checked once, as a whole, rather than string by
+        // string as the parser reads them (a body that is not UTF-8 also goes
+        // to the general path, which names where it breaks).
+        let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         let envelope = object
-            .then(|| serde_json::from_slice::<Envelope>(body).ok())
-            .flatten();
+            .then(|| std::str::from_utf8(body).ok())
+            .flatten()
+            .and_then(|text| serde_json::from_str::<Envelope>(text).ok());
         if let Some(e) = envelope {
             let params = match e.params {
                 None | Some(Walked::Null) => Some(ParamsIn::Absent),
@@ -707,6 +711,11 @@ mod tests {
             .expect("the parser has a nesting limit");
         agree(&deep(limit - 1));
         agree(&deep(limit));
+        // A body that is not UTF-8 is refused as the general path refuses it.
+        let latin1 = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":\"\xe9\"}}";
+        let general = serde_json::from_slice::<Value>(latin1).unwrap_err().to_string();
+        let (e, _) = Message::from_slice(latin1).unwrap_err();
+        assert_eq!(e.to_string(), RpcError::Parse(general).to_string());
         let (e, id) = Message::from_slice(b"{not json").unwrap_err();
         assert!(matches!(e, RpcError::Parse(_)) && id.is_null());
         let (_, id) = Message::from_slice(br#"{"jsonrpc":"1.0","id":9,"method":"x"}"#).unwrap_err();
