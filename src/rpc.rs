@@ -713,7 +713,9 @@ mod tests {
         agree(&deep(limit));
         // A body that is not UTF-8 is refused as the general path refuses it.
         let latin1 = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":\"\xe9\"}}";
-        let general = serde_json::from_slice::<Value>(latin1).unwrap_err().to_string();
+        let general = serde_json::from_slice::<Value>(latin1)
+            .unwrap_err()
+            .to_string();
         let (e, _) = Message::from_slice(latin1).unwrap_err();
         assert_eq!(e.to_string(), RpcError::Parse(general).to_string());
         let (e, id) = Message::from_slice(b"{not json").unwrap_err();

@@ -259,7 +259,7 @@ impl Keyring {
                     },
                 )
                 .ok()?;
-            return serde_json::from_slice(&plaintext).ok();
+            return from_json(&plaintext);
         }
         if blob.len() < NONCE_LEN + TAG_LEN {
             return None;
@@ -270,7 +270,7 @@ impl Keyring {
             .aead
             .open_in_place(nonce, Aad::from(&aad), sealed)
             .ok()?;
-        serde_json::from_slice(plaintext).ok()
+        from_json(plaintext)
     }
 
     /// Seals as the handles before AES-GCM-SIV were sealed, to test that they
@@ -329,6 +329,12 @@ fn derive_with(mac_key: &[u8], caller: &str, tool: &str, token: &str) -> String 
         mac.update(part.as_bytes());
     }
     run_name_from(&mac.finalize().into_bytes())
+}
+
+/// Claims from their JSON, its UTF-8 checked once as a whole rather than
+/// string by string.
+fn from_json<T: DeserializeOwned>(plaintext: &[u8]) -> Option<T> {
+    serde_json::from_str(std::str::from_utf8(plaintext).ok()?).ok()
 }
 
 fn associated_data(prefix: &str, purpose: Purpose, key_id: &str, caller: &str) -> Vec<u8> {

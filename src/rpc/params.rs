@@ -127,8 +127,15 @@ impl Facts {
 /// A request's params: an object, with its [`Facts`]. It reads as the
 /// [`Value`] it is (`params.get("arguments")`); built from a body, that tree is
 /// parsed the first time it is asked for.
+///
+/// One pointer wide: a message is moved through every future that serves it,
+/// and each holds its own copy (a wider message made every request copy about
+/// a kilobyte more).
 #[derive(Clone)]
-pub struct Params {
+pub struct Params(Box<Inner>);
+
+#[derive(Clone)]
+struct Inner {
     /// The body these params are the `params` member of, when the tree is not
     /// built yet.
     body: Option<Box<[u8]>>,
@@ -145,39 +152,39 @@ impl Params {
         } else {
             Value::Object(Map::new())
         };
-        Self {
+        Self(Box::new(Inner {
             body: None,
             facts: Facts::of(&value),
             tree: OnceLock::from(value),
-        }
+        }))
     }
 
     /// Params of `body`, whose `params` member is an object with these facts
     /// (read by [`Walked`] while `body` was parsed).
     pub(super) fn from_body(body: &[u8], facts: Facts) -> Self {
-        Self {
+        Self(Box::new(Inner {
             body: Some(body.into()),
             tree: OnceLock::new(),
             facts,
-        }
+        }))
     }
 
     /// The members every request is checked on.
     #[must_use]
     pub fn facts(&self) -> &Facts {
-        &self.facts
+        &self.0.facts
     }
 
     /// `taskId`, when it is a string.
     #[must_use]
     pub fn task_id(&self) -> Option<&str> {
-        self.facts.task_id.as_str()
+        self.0.facts.task_id.as_str()
     }
 
     /// The 2026-07-28 protocol version in `_meta`, when it is a string.
     #[must_use]
     pub fn meta_version(&self) -> Option<&str> {
-        self.facts.version.as_str()
+        self.0.facts.version.as_str()
     }
 }
 
@@ -191,10 +198,11 @@ impl Deref for Params {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        self.tree.get_or_init(|| {
+        let inner = &*self.0;
+        inner.tree.get_or_init(|| {
             // The body parsed once already, with `params` an object: it parses
             // again the same way.
-            let mut message: Value = self
+            let mut message: Value = inner
                 .body
                 .as_deref()
                 .and_then(|b| serde_json::from_slice(b).ok())
@@ -211,7 +219,7 @@ impl fmt::Debug for Params {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Params")
             .field("value", &**self)
-            .field("facts", &self.facts)
+            .field("facts", &self.0.facts)
             .finish()
     }
 }

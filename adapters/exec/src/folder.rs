@@ -73,9 +73,7 @@ impl RunFolder {
             return Ok(None);
         };
         let bytes = read_whole(file, &mut self.buffer)?;
-        serde_json::from_slice(bytes)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+        parse_record(bytes).map(Some)
     }
 
     /// [`Self::record`], and whether a supervisor holds it ([`crate::hold`]),
@@ -93,9 +91,7 @@ impl RunFolder {
         };
         let held = crate::hold::is_held(&file);
         let bytes = read_whole(file, &mut self.buffer)?;
-        serde_json::from_slice(bytes)
-            .map(|record| Some((record, held)))
-            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+        parse_record(bytes).map(|record| Some((record, held)))
     }
 
     /// The text of the entry `name` (at most `limit` bytes) and its mtime;
@@ -173,6 +169,14 @@ impl RunFolder {
         }
         (at, requests)
     }
+}
+
+/// A record's JSON, its UTF-8 checked once as a whole (`from_slice` would
+/// check each string as it reads it).
+fn parse_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::io::Result<T> {
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+    serde_json::from_str(text).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }
 
 fn directory_flags() -> OFlag {
