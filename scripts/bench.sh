@@ -6,6 +6,7 @@
 #   BENCH_REPEAT=5 scripts/bench.sh   # each row the median of 5 runs (default 3)
 #   BENCH_KERNEL=1 scripts/bench.sh   # also context switches, system calls and kernel share (perf)
 #   BENCH_CONNS="16 64" scripts/bench.sh   # connection counts (default 1 16 64)
+#   scripts/bench-ceiling.sh          # the same against a build whose engine read costs nothing
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
@@ -29,7 +30,8 @@ if ! command -v wrk >/dev/null; then
     apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null
 fi
 cargo build --release --quiet --bin taskgate --example baseline --example load
-bin="$root/target/release/taskgate"
+# BENCH_TASKGATE: another taskgate binary to measure (scripts/bench-ceiling.sh).
+bin="${BENCH_TASKGATE:-$root/target/release/taskgate}"
 baseline_bin="$root/target/release/examples/baseline"
 load_bin="$root/target/release/examples/load"
 
