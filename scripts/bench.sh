@@ -6,6 +6,7 @@
 #   BENCH_REPEAT=5 scripts/bench.sh   # each row the median of 5 runs (default 3)
 #   BENCH_KERNEL=1 scripts/bench.sh   # also context switches, system calls and kernel share (perf)
 #   BENCH_CONNS="16 64" scripts/bench.sh   # connection counts (default 1 16 64)
+#   BENCH_MILLIONS=3 scripts/bench.sh # three million-request runs, RSS after each
 #   scripts/bench-ceiling.sh          # the same against a build whose engine read costs nothing
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
@@ -217,19 +218,24 @@ peak_rss=$(hwm_kb "$tg_pid")
 echo
 "$load_bin" calls "$url" 50
 if [ "$million" = 1 ]; then
-    before=$(rss_kb "$tg_pid")
-    # Runs of a quarter more time than the last rate needs, until a million
-    # have been answered (a neighbour's load can slow a run below the rate).
-    reqs=0 secs=0 rate=$shared_rps
-    while [ "$reqs" -lt 1000000 ]; do
-        chunk=$(awk -v r="$rate" -v left=$(( 1000000 - reqs )) 'BEGIN { print int(1.25 * left / (r > 0 ? r : 1)) + 1 }')
-        out=$(wrk -t"$threads" -c64 -d"${chunk}s" -s "$work/get26.lua" "$url" 2>&1)
-        done_now=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
-        [ -n "$done_now" ] || { echo "wrk failed: $out" >&2; exit 1; }
-        reqs=$(( reqs + done_now )) secs=$(( secs + chunk )) rate=$(( done_now / chunk ))
+    # BENCH_MILLIONS=N: N million-request runs one after another, RSS after each
+    # (whether memory settles or keeps growing).
+    rate=$shared_rps total=0
+    for round in $(seq "${BENCH_MILLIONS:-1}"); do
+        before=$(rss_kb "$tg_pid")
+        # Runs of a quarter more time than the last rate needs, until a million
+        # have been answered (a neighbour's load can slow a run below the rate).
+        reqs=0 secs=0
+        while [ "$reqs" -lt 1000000 ]; do
+            chunk=$(awk -v r="$rate" -v left=$(( 1000000 - reqs )) 'BEGIN { print int(1.25 * left / (r > 0 ? r : 1)) + 1 }')
+            out=$(wrk -t"$threads" -c64 -d"${chunk}s" -s "$work/get26.lua" "$url" 2>&1)
+            done_now=$(sed -n 's/^BENCH requests=\([0-9]*\).*/\1/p' <<<"$out")
+            [ -n "$done_now" ] || { echo "wrk failed: $out" >&2; exit 1; }
+            reqs=$(( reqs + done_now )) secs=$(( secs + chunk )) rate=$(( done_now / chunk ))
+        done
+        after=$(rss_kb "$tg_pid") total=$(( total + reqs ))
+        echo "RSS around $reqs tasks/get (64 connections, ${secs}s; round $round, $total in all): before $((before / 1024)) MB, after $((after / 1024)) MB ($before → $after kB)"
     done
-    after=$(rss_kb "$tg_pid")
-    echo "RSS around $reqs tasks/get (64 connections, ${secs}s): before $((before / 1024)) MB, after $((after / 1024)) MB"
 fi
 echo "RSS: idle $((idle_rss / 1024)) MB (one task), peak $((peak_rss / 1024)) MB (VmHWM after the runs)"
 echo "exec to ready (serve started → /healthz answers): ${ready_ms} ms"
