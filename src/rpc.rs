@@ -406,6 +406,11 @@ struct Envelope {
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
+    /// The key `serde_json` reads as a raw value when it comes first (its
+    /// `raw_value` feature is on in this build): a body that holds it goes to
+    /// the general path, so it is read exactly as the tree reads it.
+    #[serde(default, rename = "$serde_json::private::RawValue")]
+    raw_value_key: Option<serde::de::IgnoredAny>,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
@@ -434,7 +439,7 @@ impl Message {
             .then(|| std::str::from_utf8(body).ok())
             .flatten()
             .and_then(|text| serde_json::from_str::<Envelope>(text).ok());
-        if let Some(e) = envelope {
+        if let Some(e) = envelope.filter(|e| e.raw_value_key.is_none()) {
             let params = match e.params {
                 None | Some(Walked::Null) => Some(ParamsIn::Absent),
                 Some(Walked::Object(facts)) => {
@@ -688,6 +693,9 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":6,"method":"x","params":"text"}"#,
             r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"$serde_json::private::RawValue":"{\"taskId\":\"t\"}"}}"#,
             r#"{"jsonrpc":"2.0","id":6,"method":"x","params":{"taskId":"t","$serde_json::private::RawValue":"{}"}}"#,
+            r#"{"$serde_json::private::RawValue":"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"}"#,
+            r#"{"$serde_json::private::RawValue":"{}","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"$serde_json::private::RawValue":"{}"}"#,
         ];
         let agree = |body: &str| {
             let general = serde_json::from_slice::<Value>(body.as_bytes())
