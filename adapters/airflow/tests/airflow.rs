@@ -142,6 +142,35 @@ where
     }
 }
 
+/// Sends an answer, again while Airflow answers with a retryable error (under CI
+/// load its SQLite can hold a write past the 30 s read timeout). An attempt that
+/// timed out may still have landed, so a later attempt that finds the request
+/// answered (`Conflict`) counts as sent: every caller then checks what Airflow
+/// recorded (the chosen option, the run's result), which fails if no attempt landed.
+async fn answering(
+    p: &AirflowPipeline,
+    run: &NativeRef,
+    key: &str,
+    response: &InputResponse,
+) -> Result<(), EngineError> {
+    let end = Instant::now() + DEADLINE;
+    let mut failed_before = false;
+    loop {
+        match p.answer(run, key, response).await {
+            Err(e) if e.is_retryable() && Instant::now() < end => {
+                eprintln!("answer: retrying after {e}");
+                failed_before = true;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(EngineError::Conflict { message }) if failed_before => {
+                eprintln!("answer: an earlier attempt landed ({message})");
+                return Ok(());
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Reads until `done` holds, every 200 ms up to the deadline.
 async fn wait_for(
     p: &AirflowPipeline,
@@ -383,9 +412,7 @@ async fn approval_accepted_continues_the_run() {
         action: InputAction::Accept,
         content: Some(json!({"option": "Approve"})),
     };
-    retrying("answer", || p.answer(&run, &key, &accept))
-        .await
-        .expect("answer");
+    answering(&p, &run, &key, &accept).await.expect("answer");
     // The same answer again is stale.
     assert!(matches!(
         p.answer(&run, &key, &accept).await,
@@ -410,16 +437,11 @@ async fn approval_declined_takes_the_reject_option() {
     .await
     .expect("start");
     let (key, _) = waiting_request(&p, &run).await;
-    p.answer(
-        &run,
-        &key,
-        &InputResponse {
-            action: InputAction::Decline,
-            content: None,
-        },
-    )
-    .await
-    .expect("decline");
+    let decline = InputResponse {
+        action: InputAction::Decline,
+        content: None,
+    };
+    answering(&p, &run, &key, &decline).await.expect("decline");
     wait_for(&p, &run, "the end", terminal).await;
     let detail = af
         .admin(
@@ -478,9 +500,7 @@ async fn form_answer_reaches_the_dag() {
         action: InputAction::Accept,
         content: Some(json!({"region": "us-east-1", "replicas": 5})),
     };
-    retrying("answer", || p.answer(&run, &key, &answer))
-        .await
-        .expect("answer");
+    answering(&p, &run, &key, &answer).await.expect("answer");
     let snap = wait_for(&p, &run, "the end", terminal).await;
     let RunState::Completed(out) = &snap.state else {
         panic!("{snap:?}")
