@@ -46,8 +46,8 @@ target = {{ dag_id = "{dag}"{extra_target} }}
 "#
     );
     let pw = password();
-    // Airflow on SQLite answers slowly while the scheduler and the other tests
-    // write to it (a trigger took over 10 s in a loaded CI run): give each call
+    // A loaded Airflow answers slowly while the scheduler and the other tests
+    // write to it (a trigger took over 10 s in a CI run, on SQLite): give each call
     // more room than the shared test default (and its connects and reads more than
     // the engine's defaults: a loaded api-server was seen refusing a trigger POST).
     Setup::config(
@@ -636,7 +636,7 @@ async fn sep1391_cancel_by_token_ends_the_dag_run_through_server_errors() {
 }
 
 /// A request the [`Proxy`] answers itself with HTTP 500 `Database error` (what a
-/// busy SQLite-backed Airflow answers) instead of forwarding it, once.
+/// busy Airflow answered in CI when its database was SQLite) instead of forwarding it, once.
 struct Fault {
     method: String,
     path: String,
@@ -952,7 +952,7 @@ async fn sep1391_a_form_answered_after_the_server_was_killed_mid_run() {
 
 /// A SEP-1391 answer is a JSON-RPC response: it gets no reply that could carry
 /// a retryable error. Its write to Airflow meets a server error (answered by a
-/// proxy, as a loaded Airflow answered one in CI: SQLite locked for 30 s), and
+/// proxy, as a loaded Airflow answered one in CI when its SQLite was locked for 30 s), and
 /// the answer still reaches the DAG: taskgate sends it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sep1391_a_form_answer_that_meets_a_server_error_still_reaches_the_dag() {

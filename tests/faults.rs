@@ -1164,7 +1164,7 @@ async fn exec_idle_run_folder_sees_no_access_while_another_waits() {
 // ---------------------------------------------------------------------------
 
 /// Tools on one Airflow engine: each `(name, dag_id, extra target fields)`.
-/// Airflow on SQLite answers slowly under load: calls get 45 s, waits 150 s.
+/// A loaded Airflow answers slowly: calls get 45 s, waits 150 s.
 fn airflow_setup(url: &str, tools: &[(&str, &str, &str)]) -> Setup {
     let mut body = format!(
         "[engines.af]\nkind = \"airflow\"\nbase_url = \"{url}\"\nusername = \"taskgate\"\n\
@@ -1193,7 +1193,7 @@ fn airflow_setup(url: &str, tools: &[(&str, &str, &str)]) -> Setup {
     )
 }
 
-/// One Airflow test at a time: Airflow on SQLite was seen holding a DAG-run
+/// One Airflow test at a time: Airflow (then on SQLite) was seen holding a DAG-run
 /// trigger 30 s and answering 500 "Database error" when these two overlapped.
 static AIRFLOW: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Starts a real Apache Airflow 3.3 (api-server, scheduler, dag-processor; SQLite;
-# LocalExecutor) for the Airflow engine's tests, with the DAGs of tests/airflow/dags.
+# Starts a real Apache Airflow 3.3 (api-server, scheduler, dag-processor; LocalExecutor;
+# its metadata database on a private PostgreSQL server, as production Airflow runs)
+# for the Airflow engine's tests, with the DAGs of tests/airflow/dags.
 # Installs Airflow into a venv under ${TASKGATE_CACHE:-$HOME/.cache/taskgate} when
 # missing, pinned by constraints-3.3.2-py3.11.txt beside this script (Airflow's own
 # published constraints file could not be fetched here: this one is the frozen result
-# of installing apache-airflow==3.3.2 with Python 3.11). Starts the services on
+# of installing apache-airflow==3.3.2 with Python 3.11), plus the PostgreSQL drivers
+# pinned below. PostgreSQL is the machine's (Debian's postgresql package, which
+# .ci/run installs when missing): a throwaway cluster of its own (initdb; loopback
+# only; trust auth; no fsync) under ${TMPDIR:-/tmp}, port ${TASKGATE_AIRFLOW_PG_PORT:-28432},
+# removed by down.sh. Starts the services on
 # 127.0.0.1:${TASKGATE_AIRFLOW_PORT:-28080} unless the API already answers there,
 # waits until the API answers and every test DAG is parsed, and prints `export`
 # lines for scripts/test.sh to eval. Everything else goes to stderr.
@@ -23,6 +28,11 @@ password="taskgate-test-password"
 constraints="$here/constraints-$AIRFLOW_VERSION-py3.11.txt"
 dags="$root/tests/airflow/dags"
 deadline_s="${TASKGATE_AIRFLOW_START_TIMEOUT:-240}"
+# The metadata database's drivers (Airflow reaches PostgreSQL through psycopg2 and,
+# for its async sessions, asyncpg).
+drivers=(psycopg2-binary==2.9.13 asyncpg==0.32.0)
+pg_port="${TASKGATE_AIRFLOW_PG_PORT:-28432}"
+pg_data="${TMPDIR:-/tmp}/taskgate-airflow-pg-$pg_port"
 
 mkdir -p "$cache"
 
@@ -44,6 +54,40 @@ if ! "$venv/bin/python" -c "import airflow, sys; sys.exit(airflow.__version__ !=
         "apache-airflow==$AIRFLOW_VERSION" --constraint "$constraints" >&2
     echo "installed Airflow in $(( $(date +%s) - t0 ))s" >&2
 fi
+if ! "$venv/bin/python" -c "import psycopg2, asyncpg" 2>/dev/null; then
+    echo "installing ${drivers[*]} into $venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${drivers[@]}" >&2
+fi
+
+# ------------------------------------------------------------ PostgreSQL ----
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -x "$pg_bin/initdb" ] || { echo "no PostgreSQL server (Debian's postgresql package) under /usr/lib/postgresql" >&2; exit 1; }
+# PostgreSQL refuses to run as root: as root, its files belong to the postgres user.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+pg_ready() {
+    "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" -d airflow -U airflow 2>/dev/null
+}
+if ! pg_ready; then
+    t0=$(date +%s)
+    rm -rf "$pg_data"
+    mkdir -p "$pg_data"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$pg_data"
+    chmod 700 "$pg_data"
+    as_pg "$pg_bin/initdb" -D "$pg_data" -U airflow -A trust -E UTF8 --no-sync >"$pg_data.initdb.log" 2>&1 \
+        || { echo "initdb failed; its log:" >&2; tail -n 20 "$pg_data.initdb.log" >&2; exit 1; }
+    # A test database: durability traded for speed (a crash loses it; down.sh removes it anyway).
+    as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $pg_port -c unix_socket_directories=$pg_data -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+        start >&2 || { echo "PostgreSQL did not start; its log:" >&2; tail -n 20 "$pg_data/server.log" >&2; exit 1; }
+    "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U airflow airflow
+    echo "PostgreSQL answers on 127.0.0.1:$pg_port after $(( $(date +%s) - t0 ))s" >&2
+fi
 
 # Every process shares one configuration, through the environment.
 export AIRFLOW_HOME="$home"
@@ -56,7 +100,7 @@ export AIRFLOW__CORE__AUTH_MANAGER=airflow.api_fastapi.auth.managers.simple.simp
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$user:admin"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$home/passwords.json"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="$url/execution/"
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$home/airflow.db?timeout=30"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://airflow@127.0.0.1:$pg_port/airflow"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__BASE_URL="$url"
@@ -68,10 +112,9 @@ export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=1
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=1
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=300
 # A worker's calls to the api-server (its execution API) time out after 5 s by
-# default, five tries in about 31 s; on a loaded 2-core machine the api-server's
-# SQLite writes wait up to 30 s (the `timeout=30` above), and a task failed with
-# "API_SERVER_ERROR ... ReadTimeout" in a CI run. Airflow's own advice for high
-# load: a longer timeout.
+# default, five tries in about 31 s; on a loaded 2-core machine that was seen too
+# short (a task failed with "API_SERVER_ERROR ... ReadTimeout" in a CI run, when the
+# database was SQLite). Airflow's own advice for high load: a longer timeout.
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=60
 export AIRFLOW__WORKERS__EXECUTION_API_RETRIES=8
 export AIRFLOW__LOGGING__LOGGING_LEVEL=INFO

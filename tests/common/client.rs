@@ -401,7 +401,7 @@ impl Client {
 
     /// `tools/call` that must create a working task; returns its id.
     /// A start the server answers as retryable (the engine unavailable or
-    /// throttling for a moment: Airflow's SQLite database busy under load) is
+    /// throttling for a moment: a loaded Airflow's database busy) is
     /// sent again, as a client would, for up to a minute; any other error fails.
     pub async fn start_task(&self, tool: &str, arguments: Value) -> String {
         let reply = super::wait_for(

@@ -122,8 +122,8 @@ fn text(state: &RunState) -> String {
     }
 }
 
-/// Retries `op` while it fails with a retryable error (SQLite under the parallel
-/// tests answers "Database error" now and then), as a client would, up to the
+/// Retries `op` while it fails with a retryable error (a loaded Airflow
+/// answered "Database error" now and then when its database was SQLite), as a client would, up to the
 /// deadline.
 async fn retrying<T, F, Fut>(what: &str, op: F) -> Result<T, EngineError>
 where
@@ -143,7 +143,7 @@ where
 }
 
 /// Sends an answer, again while Airflow answers with a retryable error (under CI
-/// load its SQLite can hold a write past the 30 s read timeout). An attempt that
+/// load, on SQLite, it held a write past the 30 s read timeout). An attempt that
 /// timed out may still have landed, so a later attempt that finds the request
 /// answered (`Conflict`) counts as sent: every caller then checks what Airflow
 /// recorded (the chosen option, the run's result), which fails if no attempt landed.
