@@ -401,7 +401,7 @@ impl Gateway {
         handle: &str,
     ) -> Result<(TaskClaims, &Tool), CoreError> {
         use super::metrics::Refusal;
-        let claims: Option<TaskClaims> = self.keys.open(Purpose::Task, caller, handle);
+        let claims = self.keys.open_task(caller, handle);
         let refuse = |why| {
             self.metrics.refused(why);
             CoreError::NotFound

@@ -116,6 +116,51 @@ impl TaskClaims {
         UNIX_EPOCH + Duration::from_millis(self.created_ms)
     }
 
+    /// The claims from a handle's plaintext. What [`Keyring::seal`] writes
+    /// (`serde_json`'s text of this struct: its members in order, no spaces,
+    /// strings without escapes) is read member by member without a parser;
+    /// any other text (escapes, another order, a member more or less) goes
+    /// through `serde_json`, so both read every plaintext alike. The plaintext
+    /// is authenticated: only a taskgate that holds the key wrote it.
+    #[must_use]
+    pub fn from_sealed(plaintext: &[u8]) -> Option<Self> {
+        Self::from_canonical(plaintext).or_else(|| from_json(plaintext))
+    }
+
+    /// The claims from exactly the text `serde_json` writes for them; `None`
+    /// for anything else (which may still be valid JSON).
+    fn from_canonical(text: &[u8]) -> Option<Self> {
+        let rest = text.strip_prefix(br#"{"d":""#)?;
+        let (&d, rest) = rest.split_first()?;
+        let dialect = match d {
+            b'm' => Dialect::TasksExtension,
+            b't' => Dialect::TasksSep1686,
+            b'h' => Dialect::PlainHandle,
+            _ => return None,
+        };
+        let rest = rest.strip_prefix(br#"","t":""#)?;
+        let (tool, rest) = plain_string(rest)?;
+        let rest = rest.strip_prefix(br#","r":""#)?;
+        let (native, rest) = plain_string(rest)?;
+        let rest = rest.strip_prefix(br#","c":"#)?;
+        let (created_ms, rest) = plain_u64(rest)?;
+        let rest = rest.strip_prefix(br#","l":"#)?;
+        let (ttl_ms, rest) = match rest.strip_prefix(b"null") {
+            Some(rest) => (None, rest),
+            None => {
+                let (ttl, rest) = plain_u64(rest)?;
+                (Some(ttl), rest)
+            }
+        };
+        (rest == b"}").then(|| Self {
+            dialect,
+            tool: tool.to_owned(),
+            native: native.to_owned(),
+            created_ms,
+            ttl_ms,
+        })
+    }
+
     /// True when the TTL has passed at `now`.
     #[must_use]
     pub fn expired_at(&self, now: SystemTime) -> bool {
@@ -235,6 +280,24 @@ impl Keyring {
         caller: &str,
         handle: &str,
     ) -> Option<T> {
+        self.open_with(purpose, caller, handle, from_json)
+    }
+
+    /// [`Self::open`] for a task handle, the one every poll opens: its claims
+    /// are read by [`TaskClaims::from_sealed`].
+    #[must_use]
+    pub fn open_task(&self, caller: &str, handle: &str) -> Option<TaskClaims> {
+        self.open_with(Purpose::Task, caller, handle, TaskClaims::from_sealed)
+    }
+
+    /// Opens a handle and reads its plaintext with `read`.
+    fn open_with<T>(
+        &self,
+        purpose: Purpose,
+        caller: &str,
+        handle: &str,
+        read: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Option<T> {
         let mut parts = handle.splitn(3, '.');
         let prefix = parts.next()?;
         if prefix != PREFIX && prefix != PREFIX_V1 {
@@ -259,7 +322,7 @@ impl Keyring {
                     },
                 )
                 .ok()?;
-            return from_json(&plaintext);
+            return read(&plaintext);
         }
         if blob.len() < NONCE_LEN + TAG_LEN {
             return None;
@@ -270,7 +333,7 @@ impl Keyring {
             .aead
             .open_in_place(nonce, Aad::from(&aad), sealed)
             .ok()?;
-        from_json(plaintext)
+        read(plaintext)
     }
 
     /// Seals as the handles before AES-GCM-SIV were sealed, to test that they
@@ -335,6 +398,40 @@ fn derive_with(mac_key: &[u8], caller: &str, tool: &str, token: &str) -> String 
 /// string by string.
 fn from_json<T: DeserializeOwned>(plaintext: &[u8]) -> Option<T> {
     serde_json::from_str(std::str::from_utf8(plaintext).ok()?).ok()
+}
+
+/// The text of a JSON string whose opening quote has been read, and what
+/// follows its closing quote; `None` for a string `serde_json` would have
+/// written with an escape (a quote, a backslash, a control character), or
+/// that is not UTF-8.
+fn plain_string(text: &[u8]) -> Option<(&str, &[u8])> {
+    let end = text
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    if text[end] != b'"' {
+        return None;
+    }
+    let s = std::str::from_utf8(&text[..end]).ok()?;
+    Some((s, &text[end + 1..]))
+}
+
+/// A JSON number as `serde_json` writes a `u64` (digits, no leading zero),
+/// and what follows it; `None` for anything else.
+fn plain_u64(text: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || (digits > 1 && text[0] == b'0') {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in &text[..digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    let rest = &text[digits..];
+    // A fraction or an exponent is not a u64 as written by serde_json.
+    if matches!(rest.first(), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    Some((n, rest))
 }
 
 fn associated_data(prefix: &str, purpose: Purpose, key_id: &str, caller: &str) -> Vec<u8> {
@@ -585,5 +682,109 @@ mod tests {
             Keyring::new(&[("k1".into(), "short".into())]).unwrap_err(),
             KeyError::ShortSecret(_)
         ));
+    }
+
+    /// The claims reader without a parser reads every plaintext exactly as
+    /// `serde_json` does: what a seal writes, and any other text.
+    #[test]
+    fn task_claims_read_as_serde_json_reads_them() {
+        let serde = |text: &[u8]| from_json::<TaskClaims>(text);
+        let mut written = Vec::new();
+        for dialect in [
+            Dialect::TasksExtension,
+            Dialect::TasksSep1686,
+            Dialect::PlainHandle,
+        ] {
+            for tool in [
+                "t",
+                "deploy_prod",
+                "é-ü",
+                "a\"b",
+                "a\\b",
+                "tab\there",
+                "\u{1}",
+                "",
+            ] {
+                for native in [
+                    "tg-abc",
+                    "arn:aws:states:x:1:execution:sm:tg-x",
+                    "run \"7\"",
+                    "ü",
+                ] {
+                    for created_ms in [0, 7, 1_764_000_000_000, u64::MAX] {
+                        for ttl_ms in [None, Some(0), Some(86_400_000), Some(u64::MAX)] {
+                            let claims = TaskClaims {
+                                dialect,
+                                tool: tool.into(),
+                                native: native.into(),
+                                created_ms,
+                                ttl_ms,
+                            };
+                            let text = serde_json::to_vec(&claims).unwrap();
+                            assert_eq!(TaskClaims::from_sealed(&text), Some(claims), "{text:?}");
+                            written.push(text);
+                        }
+                    }
+                }
+            }
+        }
+        // What a seal writes without escapes never needs the parser.
+        let plain = serde_json::to_vec(&claims()).unwrap();
+        assert_eq!(TaskClaims::from_canonical(&plain), Some(claims()));
+        let escaped = br#"{"d":"m","t":"a\"b","r":"r","c":1,"l":null}"#;
+        assert_eq!(TaskClaims::from_canonical(escaped), None);
+        assert!(TaskClaims::from_sealed(escaped).is_some());
+        // Other texts: each read as serde_json reads it, whichever way that is.
+        let others: &[&[u8]] = &[
+            br#"{"t":"x","d":"m","r":"r","c":1,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"z":3}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1,"l":2} "#,
+            br#" {"d":"m","t":"x","r":"r","c":1,"l":2}"#,
+            br#"{"d": "m","t":"x","r":"r","c":1,"l":2}"#,
+            br#"{"d":"q","t":"x","r":"r","c":1,"l":2}"#,
+            br#"{"d":"mm","t":"x","r":"r","c":1,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":01,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":-1,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1.0,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1e3,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":18446744073709551616,"l":2}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1,"l":nul}"#,
+            br#"{"d":"m","t":"x","r":"r","c":1,"l":"2"}"#,
+            br#"{"d":"m","t":"x","r":"r","c":,"l":2}"#,
+            br#"{"d":"m","t":"x\u0041","r":"r","c":1,"l":2}"#,
+            b"{\"d\":\"m\",\"t\":\"x\x01\",\"r\":\"r\",\"c\":1,\"l\":2}",
+            b"{\"d\":\"m\",\"t\":\"\xff\",\"r\":\"r\",\"c\":1,\"l\":2}",
+            br#"{"d":"m","t":"x","r":"r","c":1,"l":2"#,
+            br#"{"d":"m""#,
+            b"",
+            b"null",
+        ];
+        for text in others
+            .iter()
+            .copied()
+            .chain(written.iter().map(Vec::as_slice))
+        {
+            assert_eq!(
+                TaskClaims::from_sealed(text),
+                serde(text),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        // Every cut of a written text reads as serde_json reads it (not at all).
+        for end in 0..plain.len() {
+            assert_eq!(TaskClaims::from_sealed(&plain[..end]), serde(&plain[..end]));
+        }
+    }
+
+    #[test]
+    fn a_task_handle_opens_through_the_claims_reader() {
+        let k = ring(&[("k1", S1)]);
+        let h = k.seal(Purpose::Task, "alice", &claims());
+        assert_eq!(k.open_task("alice", &h), Some(claims()));
+        assert_eq!(k.open_task("bob", &h), None);
+        let session = k.seal(Purpose::Session, "alice", &claims());
+        assert_eq!(k.open_task("alice", &session), None);
     }
 }

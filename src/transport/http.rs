@@ -27,6 +27,10 @@ type OAuth = Extension<Option<Arc<Authenticator>>>;
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
+    router_with(gw, oauth)
+}
+
+fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
     let mut router = Router::new()
         .route(
             "/mcp",
@@ -94,7 +98,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(gw.server.header_read_timeout);
-    let app = router(gw);
+    let front = Front::new(gw);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let stop = stop_signal();
@@ -111,8 +115,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                         continue;
                     }
                 };
-                let service = hyper_util::service::TowerToHyperService::new(app.clone());
-                let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), front.clone());
                 let mut stopping = stop_rx.clone();
                 connections.spawn(async move {
                     tokio::pin!(connection);
@@ -276,9 +279,59 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
     })
 }
 
+/// What serves each connection: `POST /mcp`, every poll and call, goes
+/// straight to [`serve_mcp`]; every other request goes through [`router`]
+/// (which serves `/mcp` the same way, for its tests and any other host of it).
+/// The hot path thus skips the router's matching, its per-request extension
+/// map and its boxed services: they cost more than a `tasks/get`'s header checks.
+#[derive(Clone)]
+struct Front {
+    gw: Arc<Gateway>,
+    oauth: Option<Arc<Authenticator>>,
+    router: hyper_util::service::TowerToHyperService<Router>,
+}
+
+impl Front {
+    fn new(gw: Arc<Gateway>) -> Self {
+        let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
+        let router = router_with(gw.clone(), oauth.clone());
+        Self {
+            gw,
+            oauth,
+            router: hyper_util::service::TowerToHyperService::new(router),
+        }
+    }
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
+            let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
+            Box::pin(
+                async move { Ok(serve_mcp(gw, oauth, request.map(axum::body::Body::new)).await) },
+            )
+        } else {
+            Box::pin(self.router.call(request))
+        }
+    }
+}
+
 async fn mcp(
     State(gw): State<Arc<Gateway>>,
     Extension(oauth): OAuth,
+    request: axum::extract::Request,
+) -> Response {
+    serve_mcp(gw, oauth, request).await
+}
+
+/// `POST /mcp`: guards, credentials, the body, then the front door.
+async fn serve_mcp(
+    gw: Arc<Gateway>,
+    oauth: Option<Arc<Authenticator>>,
     request: axum::extract::Request,
 ) -> Response {
     // The request taken apart, not its headers extracted: extracting a

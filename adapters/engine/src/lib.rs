@@ -23,7 +23,7 @@ pub use logs::{
 };
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
 pub use retry::{retrying, RetryCancel};
-pub use single_flight::{read_is_shared, SingleFlight};
+pub use single_flight::{SingleFlight, GATHER_TURNS};
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
 };

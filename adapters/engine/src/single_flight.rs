@@ -7,12 +7,14 @@
 //! time. For remote engines it is what protects an upstream API from a crowd of
 //! pollers.
 //!
-//! A read that starts a call first lets the requests already ready on its
-//! thread run (one `yield_now`), so those for the same run join it instead of
-//! queueing behind it. An engine whose reads block (exec: local files) asks
-//! [`read_is_shared`] whether anyone joined: alone, it reads on the spot; with
-//! a crowd waiting, it hands the read to a worker thread, which keeps the
-//! async threads serving and lets more of the crowd join while it runs.
+//! A read that starts a call gathers its crowd before it asks the engine: it
+//! lets the requests already ready on its thread run first (one
+//! `yield_now`), so those for the same run join it instead of queueing behind
+//! it; when some did (a crowd is polling the run), it gives the crowd more
+//! turns, as long as each turn brings more of it, up to [`GATHER_TURNS`].
+//! Every request that joins this way arrived before the engine was asked, so
+//! its answer is as fresh as a read of its own would have been. A read nobody
+//! joins costs one turn.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,32 +22,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::channel::oneshot;
+use futures::future::{FutureExt, Shared};
 
 use crate::error::EngineError;
 use crate::logs::LogPage;
 use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
 use crate::state::{InputResponse, Snapshot};
 
-type SharedRead = Shared<BoxFuture<'static, Result<Snapshot, Arc<EngineError>>>>;
+/// One read's answer, as its followers get it.
+type Answer = Result<Snapshot, Arc<EngineError>>;
+/// What followers wait on: the answer, or `Canceled` when the request leading
+/// the read went away before it answered.
+type SharedAnswer = Shared<oneshot::Receiver<Answer>>;
 
-tokio::task_local! {
-    /// Set around an engine read made by [`SingleFlight`]: whether other
-    /// requests joined it before it began.
-    static SHARED: bool;
-}
+/// How many more turns a read a crowd has joined gives the crowd to gather,
+/// each turn letting every request ready on the thread run; gathering stops
+/// early at a turn that brings nobody.
+pub const GATHER_TURNS: usize = 8;
 
-/// Called from inside an engine's `read`: whether other requests were already
-/// waiting on this read when it began (a crowd polling one run). `false`
-/// outside a [`SingleFlight`] read.
-#[must_use]
-pub fn read_is_shared() -> bool {
-    SHARED.try_with(|shared| *shared).unwrap_or(false)
-}
-
-/// The reads in flight, by run: an id (so a finished call removes only its own
-/// entry) and the shared call.
-type InFlight = Mutex<HashMap<NativeRef, (u64, SharedRead, Arc<AtomicUsize>)>>;
+/// The reads in flight, by run: an id (so a finished read removes only its
+/// own entry), the answer its followers wait on, and how many joined.
+type InFlight = Mutex<HashMap<NativeRef, (u64, SharedAnswer, Arc<AtomicUsize>)>>;
 
 /// A pipeline whose concurrent reads of one run share one call. Every other
 /// operation passes straight through.
@@ -74,24 +72,60 @@ impl SingleFlight {
     }
 }
 
-/// One waiter on a shared read. When the last waiter goes away before the call
-/// finished (every request was cancelled), the entry goes too, so a later read
-/// never joins a call nobody drives any more.
-struct Waiter {
+/// The entry of the read a request leads. Dropped when the read has
+/// answered, or when the request goes away first (cancelled): either way the
+/// entry goes with it, so the next request reads again (followers still
+/// waiting learn the leader left, and one of them leads a new read).
+struct Lead {
     in_flight: Arc<InFlight>,
     run: NativeRef,
     id: u64,
-    call: SharedRead,
 }
 
-impl Drop for Waiter {
-    fn drop(&mut self) {
+impl Lead {
+    /// Removes the entry; returns how many requests joined the read.
+    fn close(&self) -> usize {
         let mut map = self.in_flight.lock().expect("lock");
-        let ours = map.get(&self.run).is_some_and(|(id, ..)| *id == self.id);
-        // Ours, and only the map's copy and this waiter's are left.
-        if ours && self.call.strong_count().is_some_and(|n| n <= 2) {
-            map.remove(&self.run);
+        match map.get(&self.run) {
+            Some((id, _, joined)) if *id == self.id => {
+                let joined = joined.load(Ordering::Relaxed);
+                map.remove(&self.run);
+                joined
+            }
+            _ => 0,
         }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A request's part in a read: it leads it, or follows one in flight.
+enum Part {
+    Leads(Lead, oneshot::Sender<Answer>, Arc<AtomicUsize>),
+    Follows(SharedAnswer),
+}
+
+/// Lets the crowd of a read gather before the engine is asked: one turn of
+/// the thread (every request ready on it runs first, and those for the same
+/// run join), then, while each turn brings more of the crowd, up to
+/// [`GATHER_TURNS`] more. The turns are the leading request's own yields:
+/// the requests waiting on the read are not woken by them.
+async fn gather(joined: &AtomicUsize) {
+    tokio::task::yield_now().await;
+    let mut seen = joined.load(Ordering::Relaxed);
+    let mut turns = 0;
+    while seen > 0 && turns < GATHER_TURNS {
+        tokio::task::yield_now().await;
+        let now = joined.load(Ordering::Relaxed);
+        if now == seen {
+            break;
+        }
+        seen = now;
+        turns += 1;
     }
 }
 
@@ -106,58 +140,52 @@ impl Pipeline for SingleFlight {
     }
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
-        let waiter = {
-            let mut map = self.in_flight.lock().expect("lock");
-            match map.get(run) {
-                Some((id, call, joined)) => {
-                    joined.fetch_add(1, Ordering::Relaxed);
-                    Waiter {
-                        in_flight: self.in_flight.clone(),
-                        run: run.clone(),
-                        id: *id,
-                        call: call.clone(),
+        loop {
+            let part = {
+                let mut map = self.in_flight.lock().expect("lock");
+                match map.get(run) {
+                    Some((_, answer, joined)) => {
+                        joined.fetch_add(1, Ordering::Relaxed);
+                        Part::Follows(answer.clone())
+                    }
+                    None => {
+                        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                        let (tx, rx) = oneshot::channel();
+                        let joined = Arc::new(AtomicUsize::new(0));
+                        map.insert(run.clone(), (id, rx.shared(), joined.clone()));
+                        let lead = Lead {
+                            in_flight: self.in_flight.clone(),
+                            run: run.clone(),
+                            id,
+                        };
+                        Part::Leads(lead, tx, joined)
                     }
                 }
-                None => {
-                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    let inner = self.inner.clone();
-                    let in_flight = self.in_flight.clone();
-                    let key = run.clone();
-                    let joined = Arc::new(AtomicUsize::new(0));
-                    let joiners = joined.clone();
-                    let call = async move {
-                        // Requests ready on this thread join before the read
-                        // begins, rather than queue behind it.
-                        tokio::task::yield_now().await;
-                        let shared = joiners.load(Ordering::Relaxed) > 0;
-                        let outcome = SHARED
-                            .scope(shared, inner.read(&key))
-                            .await
-                            .map_err(Arc::new);
-                        // Returned: the next read asks the engine again.
-                        let mut map = in_flight.lock().expect("lock");
-                        if map.get(&key).is_some_and(|(entry, ..)| *entry == id) {
-                            map.remove(&key);
-                        }
-                        outcome
+            };
+            match part {
+                Part::Follows(answer) => {
+                    // `Canceled`: the leading request went away before the
+                    // engine answered; ask again (one of those asking leads).
+                    if let Ok(answer) = answer.await {
+                        return answer.map_err(|e| {
+                            Arc::try_unwrap(e).unwrap_or_else(|shared| shared.duplicate())
+                        });
                     }
-                    .boxed()
-                    .shared();
-                    map.insert(run.clone(), (id, call.clone(), joined));
-                    Waiter {
-                        in_flight: self.in_flight.clone(),
-                        run: run.clone(),
-                        id,
-                        call,
+                }
+                Part::Leads(lead, tx, joined) => {
+                    gather(&joined).await;
+                    let outcome = self.inner.read(run).await;
+                    // Answered: the next read asks the engine again.
+                    if lead.close() > 0 {
+                        let _ = tx.send(match &outcome {
+                            Ok(snapshot) => Ok(snapshot.clone()),
+                            Err(e) => Err(Arc::new(e.duplicate())),
+                        });
                     }
+                    return outcome;
                 }
             }
-        };
-        let mut waiter = waiter;
-        // Polled in place: the map's copy and this waiter's are the only ones.
-        let outcome = (&mut waiter.call).await;
-        drop(waiter);
-        outcome.map_err(|e| Arc::try_unwrap(e).unwrap_or_else(|shared| shared.duplicate()))
+        }
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
@@ -213,8 +241,6 @@ mod tests {
     struct Gate {
         reads: AtomicUsize,
         release: Notify,
-        /// [`read_is_shared`] as each read found it.
-        shared: Mutex<Vec<bool>>,
     }
 
     #[async_trait]
@@ -227,7 +253,6 @@ mod tests {
         }
         async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
             let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
-            self.shared.lock().unwrap().push(read_is_shared());
             self.release.notified().await;
             if run == "missing" {
                 return Err(EngineError::unavailable(
@@ -276,36 +301,119 @@ mod tests {
             "one engine call for 50 reads"
         );
         assert_eq!(p.reads_in_flight(), 0, "nothing kept after the call");
+    }
+
+    /// Answers at once, counting reads.
+    #[derive(Default)]
+    struct Instant {
+        reads: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Pipeline for Instant {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        async fn start(&self, _: StartRequest) -> Result<NativeRef, EngineError> {
+            Err(EngineError::unsupported("start"))
+        }
+        async fn read(&self, _: &NativeRef) -> Result<Snapshot, EngineError> {
+            let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(Snapshot::new(RunState::working(format!("read {n}"))))
+        }
+    }
+
+    /// Requests for the same run: two at once (the first leads, the second
+    /// makes it a crowd), then one more in each of the next `turns` turns of
+    /// the thread (as requests arrive from the network: spawned, ready to
+    /// run); returns the engine reads they made.
+    async fn arriving_one_per_turn(turns: usize) -> usize {
+        let engine = Arc::new(Instant::default());
+        let p = Arc::new(SingleFlight::new(engine.clone()));
+        let request = |p: Arc<SingleFlight>| {
+            tokio::spawn(async move { p.read(&"r".to_owned()).await.unwrap() })
+        };
+        let mut requests = vec![request(p.clone()), request(p.clone())];
+        let arrivals = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let mut requests = Vec::new();
+                for _ in 0..turns {
+                    requests.push(request(p.clone()));
+                    tokio::task::yield_now().await;
+                }
+                requests
+            })
+        };
+        requests.extend(arrivals.await.unwrap());
+        for request in requests {
+            request.await.unwrap();
+        }
+        assert_eq!(p.reads_in_flight(), 0);
+        engine.reads.load(Ordering::SeqCst)
+    }
+
+    /// An engine that answers at once: only requests that join before the
+    /// read begins share it, so this shows the gathering.
+    #[tokio::test]
+    async fn a_crowd_that_keeps_arriving_is_gathered_into_one_read() {
         assert_eq!(
-            *gate.shared.lock().unwrap(),
-            [true],
-            "the engine is told a crowd waits on its read"
+            arriving_one_per_turn(GATHER_TURNS).await,
+            1,
+            "a crowd arriving one request per turn shares one read"
         );
     }
 
     #[tokio::test]
-    async fn a_read_nobody_joined_is_not_shared() {
+    async fn gathering_ends_after_its_turns() {
+        let reads = arriving_one_per_turn(4 * GATHER_TURNS).await;
+        assert!(
+            reads > 1,
+            "a crowd that never stops arriving is not held up past {GATHER_TURNS} turns"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lone_read_asks_the_engine_after_one_turn() {
+        let engine = Arc::new(Instant::default());
+        let p = Arc::new(SingleFlight::new(engine.clone()));
+        let leader = {
+            let p = p.clone();
+            tokio::spawn(async move { p.read(&"r".to_owned()).await })
+        };
+        // The leader's first turn, then its read: a request that comes two
+        // turns later finds it done and reads again.
+        let late = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                p.read(&"r".to_owned()).await
+            })
+        };
+        leader.await.unwrap().unwrap();
+        late.await.unwrap().unwrap();
+        assert_eq!(engine.reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn followers_of_a_cancelled_read_ask_again() {
         let gate = Arc::new(Gate::default());
         let p = Arc::new(SingleFlight::new(gate.clone()));
-        let (p2, run) = (p.clone(), "r".to_owned());
-        let read = tokio::spawn(async move { p2.read(&run).await });
-        until("the read reaches the engine", || {
-            gate.reads.load(Ordering::SeqCst) == 1
-        })
-        .await;
+        let spawn =
+            |p: Arc<SingleFlight>| tokio::spawn(async move { p.read(&"r".to_owned()).await });
+        let leader = spawn(p.clone());
+        let follower = spawn(p.clone());
+        until("the first read", || gate.reads.load(Ordering::SeqCst) == 1).await;
+        leader.abort();
+        let _ = leader.await;
+        // The follower leads a read of its own, which answers it.
+        until("the second read", || gate.reads.load(Ordering::SeqCst) == 2).await;
         gate.release.notify_waiters();
-        read.await.unwrap().unwrap();
-        assert_eq!(*gate.shared.lock().unwrap(), [false]);
-        // Outside a single-flight read the answer is no.
-        assert!(!read_is_shared());
-        let direct = tokio::spawn({
-            let gate = gate.clone();
-            async move { gate.read(&"r".to_owned()).await }
-        });
-        until("the direct read", || gate.reads.load(Ordering::SeqCst) == 2).await;
-        gate.release.notify_waiters();
-        direct.await.unwrap().unwrap();
-        assert_eq!(*gate.shared.lock().unwrap(), [false, false]);
+        let snapshot = follower.await.unwrap().unwrap();
+        assert_eq!(snapshot.state, RunState::working("read 2"));
+        assert_eq!(p.reads_in_flight(), 0);
     }
 
     #[tokio::test]

@@ -217,7 +217,19 @@ impl Spool {
                 return Ok(None);
             }
         }
-        match view.meta {
+        // A read leaves out the run's record while its process runs: read it
+        // here, where the arguments are compared.
+        let meta = match view.meta {
+            Some(meta) => Some(meta),
+            None if view.runs_held() => RunFolder::open(dir)
+                .and_then(|folder| match folder {
+                    Some(mut folder) => folder.record::<Meta>(META),
+                    None => Ok(None),
+                })
+                .map_err(|e| map_error(Action::Record(META), e))?,
+            None => None,
+        };
+        match meta {
             Some(meta) if meta.args_hash == args_hash => Ok(Some(())),
             Some(_) => Err(EngineError::Conflict {
                 message: "a run with this name exists with other arguments".to_owned(),
@@ -536,10 +548,6 @@ impl Spool {
         let Some(mut folder) = RunFolder::open(dir).map_err(record_error(META))? else {
             return Ok(SpoolView::default());
         };
-        let meta: Option<Meta> = folder.record(META).map_err(record_error(META))?;
-        if meta.is_none() {
-            return Ok(SpoolView::default());
-        }
         let (child, child_held) = match folder
             .held_record::<ProcRecord>(PID)
             .map_err(record_error(PID))?
@@ -549,6 +557,19 @@ impl Spool {
         };
         let exit: Option<ExitRecord> = folder.record(EXIT).map_err(record_error(EXIT))?;
         let cancelled_at = folder.modified_at(CANCELLED);
+        // A process its supervisor holds, neither ended nor cancelled, runs:
+        // the run's own record (tool, creation time, retention) decides
+        // nothing then, and is not read. Otherwise a folder without it is no run.
+        let runs_held = child_held && exit.is_none() && cancelled_at.is_none();
+        let meta: Option<Meta> = if runs_held {
+            None
+        } else {
+            let meta = folder.record(META).map_err(record_error(META))?;
+            if meta.is_none() {
+                return Ok(SpoolView::default());
+            }
+            meta
+        };
         // A record its supervisor holds is a process that runs: no look at
         // `/proc` (crate::hold).
         let child_now = if child_held {
@@ -1069,6 +1090,20 @@ mod tests {
             s.read("run").unwrap().state,
             RunState::Working { .. }
         ));
+        // Held and running, the run's own record is not read: one that no
+        // longer parses changes nothing. Once the hold ends it is read again.
+        let meta_text = std::fs::read(dir.join(META)).unwrap();
+        std::fs::write(dir.join(META), "{not json").unwrap();
+        assert!(s.view(&dir).unwrap().meta.is_none());
+        assert!(matches!(
+            s.read("run").unwrap().state,
+            RunState::Working { .. }
+        ));
+        // …but a cancellation asked (or an exit recorded) is judged with it.
+        std::fs::File::create(dir.join(CANCELLED)).unwrap();
+        assert!(s.read("run").is_err(), "the record is read once cancelled");
+        std::fs::remove_file(dir.join(CANCELLED)).unwrap();
+        std::fs::write(dir.join(META), &meta_text).unwrap();
         // Let go (the supervisor reaped it, or died): judged by `/proc` again.
         drop(holder);
         assert!(!s.view(&dir).unwrap().child_held);

@@ -22,7 +22,8 @@ pub(crate) const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Everything one read found in a run folder.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SpoolView {
-    /// `meta.json`.
+    /// `meta.json`; not read (`None`) while a process its supervisor holds
+    /// runs ([`SpoolView::runs_held`]), when it decides nothing.
     pub meta: Option<Meta>,
     /// `supervisor.json`.
     pub supervisor: Option<ProcRecord>,
@@ -69,6 +70,13 @@ impl SpoolView {
             && !alive(self.supervisor.as_ref(), self.supervisor_now)
     }
 
+    /// Whether the process runs by its supervisor's hold, with no exit
+    /// recorded and no cancellation asked: the one state read without the
+    /// run's own record.
+    pub(crate) fn runs_held(&self) -> bool {
+        self.child_held && self.exit.is_none() && self.cancelled_at.is_none()
+    }
+
     /// Whether the recorded process runs: held by its supervisor, or found
     /// under its pid with its start time.
     pub(crate) fn child_alive(&self) -> bool {
@@ -100,12 +108,14 @@ pub(crate) enum Translation {
 
 /// Translates what one read found into a snapshot at time `now`.
 pub(crate) fn translate(view: &SpoolView, now: SystemTime) -> Translation {
-    let Some(meta) = &view.meta else {
+    if view.meta.is_none() && !view.runs_held() {
         return Translation::Gone { removable: false };
-    };
+    }
     let supervisor_alive = alive(view.supervisor.as_ref(), view.supervisor_now);
     let child_alive = view.child_alive();
-    let created_at = from_ms(meta.created_at_ms);
+    // Not read while a held process runs: the times then come from the
+    // folders (the task's creation time is in its handle).
+    let created_at = view.meta.as_ref().map(|m| from_ms(m.created_at_ms));
     let exit_at = view.exit.as_ref().map(|e| from_ms(e.ended_at_ms));
 
     let (state, ended_at) = if let Some(cancelled_at) = view.cancelled_at {
@@ -132,13 +142,18 @@ pub(crate) fn translate(view: &SpoolView, now: SystemTime) -> Translation {
         } else {
             (lost(), Some(view.updated_at.unwrap_or(now)))
         }
-    } else if now < created_at + LAUNCH_TIMEOUT {
-        (RunState::working("starting"), None)
     } else {
-        (lost(), Some(created_at + LAUNCH_TIMEOUT))
+        // Only a held process is read without the run's record, and it has one.
+        let created_at = created_at.unwrap_or(now);
+        if now < created_at + LAUNCH_TIMEOUT {
+            (RunState::working("starting"), None)
+        } else {
+            (lost(), Some(created_at + LAUNCH_TIMEOUT))
+        }
     };
 
-    if let (Some(ended), Some(keep)) = (ended_at, meta.keep_alive_ms) {
+    let keep_alive = view.meta.as_ref().and_then(|m| m.keep_alive_ms);
+    if let (Some(ended), Some(keep)) = (ended_at, keep_alive) {
         if now >= ended + Duration::from_millis(keep) {
             return Translation::Gone {
                 removable: !supervisor_alive && !child_alive,
@@ -148,14 +163,13 @@ pub(crate) fn translate(view: &SpoolView, now: SystemTime) -> Translation {
 
     Translation::Run(Snapshot {
         state,
-        created_at: Some(created_at),
-        // File mtimes are coarse; never report an update before the end.
-        updated_at: Some(
-            view.updated_at
-                .unwrap_or(created_at)
-                .max(created_at)
-                .max(ended_at.unwrap_or(created_at)),
-        ),
+        created_at,
+        // File mtimes are coarse; never report an update before the start or
+        // the end.
+        updated_at: [view.updated_at, created_at, ended_at]
+            .into_iter()
+            .flatten()
+            .max(),
         ended_at,
         poll_hint: None,
         revision: None,
