@@ -39,7 +39,7 @@ type SharedAnswer = Shared<oneshot::Receiver<Answer>>;
 /// How many more turns a read a crowd has joined gives the crowd to gather,
 /// each turn letting every request ready on the thread run; gathering stops
 /// early at a turn that brings nobody.
-pub const GATHER_TURNS: usize = 8;
+pub const GATHER_TURNS: usize = 2;
 
 /// The reads in flight, by run: an id (so a finished read removes only its
 /// own entry), the answer its followers wait on, and how many joined.
