@@ -236,11 +236,12 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use tokio::sync::Notify;
 
-    /// Counts reads; each read waits until released.
+    /// Counts reads; each read waits until released, or answers at once.
     #[derive(Default)]
     struct Gate {
         reads: AtomicUsize,
         release: Notify,
+        answers_at_once: bool,
     }
 
     #[async_trait]
@@ -253,7 +254,9 @@ mod tests {
         }
         async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
             let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
-            self.release.notified().await;
+            if !self.answers_at_once {
+                self.release.notified().await;
+            }
             if run == "missing" {
                 return Err(EngineError::unavailable(
                     "down",
@@ -303,32 +306,15 @@ mod tests {
         assert_eq!(p.reads_in_flight(), 0, "nothing kept after the call");
     }
 
-    /// Answers at once, counting reads.
-    #[derive(Default)]
-    struct Instant {
-        reads: AtomicUsize,
-    }
-
-    #[async_trait]
-    impl Pipeline for Instant {
-        fn capabilities(&self) -> Capabilities {
-            Capabilities::default()
-        }
-        async fn start(&self, _: StartRequest) -> Result<NativeRef, EngineError> {
-            Err(EngineError::unsupported("start"))
-        }
-        async fn read(&self, _: &NativeRef) -> Result<Snapshot, EngineError> {
-            let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(Snapshot::new(RunState::working(format!("read {n}"))))
-        }
-    }
-
     /// Requests for the same run: two at once (the first leads, the second
     /// makes it a crowd), then one more in each of the next `turns` turns of
     /// the thread (as requests arrive from the network: spawned, ready to
     /// run); returns the engine reads they made.
     async fn arriving_one_per_turn(turns: usize) -> usize {
-        let engine = Arc::new(Instant::default());
+        let engine = Arc::new(Gate {
+            answers_at_once: true,
+            ..Gate::default()
+        });
         let p = Arc::new(SingleFlight::new(engine.clone()));
         let request = |p: Arc<SingleFlight>| {
             tokio::spawn(async move { p.read(&"r".to_owned()).await.unwrap() })
@@ -375,7 +361,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_read_asks_the_engine_after_one_turn() {
-        let engine = Arc::new(Instant::default());
+        let engine = Arc::new(Gate {
+            answers_at_once: true,
+            ..Gate::default()
+        });
         let p = Arc::new(SingleFlight::new(engine.clone()));
         let leader = {
             let p = p.clone();
