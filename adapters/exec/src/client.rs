@@ -221,12 +221,7 @@ impl Spool {
         // here, where the arguments are compared.
         let meta = match view.meta {
             Some(meta) => Some(meta),
-            None if view.runs_held() => RunFolder::open(dir)
-                .and_then(|folder| match folder {
-                    Some(mut folder) => folder.record::<Meta>(META),
-                    None => Ok(None),
-                })
-                .map_err(|e| map_error(Action::Record(META), e))?,
+            None if view.runs_held() => read_meta(dir)?,
             None => None,
         };
         match meta {
@@ -482,15 +477,7 @@ impl Spool {
             .transpose()?
             .unwrap_or_default();
         let dir = self.run_dir(name)?;
-        let meta = match RunFolder::open(&dir) {
-            Ok(Some(mut folder)) => folder.record::<Meta>(META),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        };
-        if meta
-            .map_err(|e| map_error(Action::Record(META), e))?
-            .is_none()
-        {
+        if read_meta(&dir)?.is_none() {
             return Err(EngineError::NotFound);
         }
         // Looked at before the tails: once the exit is recorded the tails are
@@ -655,6 +642,17 @@ pub(crate) struct SpoolSize {
     pub bytes: u64,
     /// When the oldest run was created.
     pub oldest: Option<SystemTime>,
+}
+
+/// The run's own record (`meta.json`) alone; `None` when the folder or the
+/// record is not there.
+fn read_meta(dir: &Path) -> Result<Option<Meta>, EngineError> {
+    match RunFolder::open(dir) {
+        Ok(Some(mut folder)) => folder.record::<Meta>(META),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| map_error(Action::Record(META), e))
 }
 
 /// What one read of a tail file found.
