@@ -79,3 +79,33 @@ fn two_mistakes_of_one_tool_are_both_named() {
     assert!(stderr.contains("tools[0].name"), "{stderr}");
     assert!(stderr.contains("tools[0].engine"), "{stderr}");
 }
+
+#[test]
+fn server_bounds_of_zero_are_each_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zeros.toml");
+    let text = format!(
+        "{KEYS}
+[server]
+workers = 0
+max_batch = 0
+header_read_timeout = \"0s\"
+"
+    );
+    std::fs::write(&path, text).unwrap();
+    let file = path.display().to_string();
+    let (code, _stdout, stderr) = run(&["check-config", "--config", &file]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("3 config errors"), "{stderr}");
+    for (key, why) in [
+        ("server.workers", "at least 1"),
+        ("server.max_batch", "at least 1"),
+        ("server.header_read_timeout", "longer than 0s"),
+    ] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key} is not reported: {stderr}"));
+        assert!(line.contains(&file) && line.contains(why), "{line}");
+    }
+}

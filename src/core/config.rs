@@ -159,6 +159,11 @@ pub struct ServerConfig {
     /// closed. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    /// How many threads serve HTTP connections. Each connection is handed to
+    /// one of them in turn when it is accepted and served there until it
+    /// closes. Default: one per CPU the process may use (a container's CPU
+    /// limit counts).
+    pub workers: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -178,6 +183,7 @@ impl Default for ServerConfig {
             max_engine_calls: 64,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            workers: None,
         }
     }
 }

@@ -33,6 +33,7 @@ fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigP
         ("max_waits", server.max_waits),
         ("max_waits_per_caller", server.max_waits_per_caller),
         ("max_engine_calls", server.max_engine_calls),
+        ("workers", server.workers.unwrap_or(1)),
     ];
     for (key, value) in counts {
         if value == 0 {

@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
 
+use super::lanes::{lane_count, Lanes};
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -87,10 +88,12 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Each connection is served by hyper's HTTP/1 server with a timer, so a client
 /// that takes longer than `server.header_read_timeout` to send a request's
 /// headers is disconnected; the body's deadline is kept by [`read_body`].
+/// Connections are served on `server.workers` threads, each connection on
+/// one of them from its first byte to its last (see `transport::lanes`).
 ///
 /// # Errors
 ///
-/// When the address cannot be bound.
+/// When the address cannot be bound, or the serving threads cannot be started.
 pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
@@ -98,8 +101,9 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(gw.server.header_read_timeout);
-    let front = Front::new(gw);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut lanes = Lanes::start(lane_count(gw.server.workers))?;
+    let front = Front::new(gw);
     let mut connections = tokio::task::JoinSet::new();
     let stop = stop_signal();
     tokio::pin!(stop);
@@ -115,9 +119,27 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                         continue;
                     }
                 };
-                let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), front.clone());
+                // Handed to its lane, where it is registered with that lane's
+                // event loop and served until it closes.
+                let stream = match stream.into_std() {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot hand a connection to a lane");
+                        continue;
+                    }
+                };
+                let builder = builder.clone();
+                let front = front.clone();
                 let mut stopping = stop_rx.clone();
-                connections.spawn(async move {
+                connections.spawn_on(async move {
+                    let stream = match tokio::net::TcpStream::from_std(stream) {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "cannot serve a connection on its lane");
+                            return;
+                        }
+                    };
+                    let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), front);
                     tokio::pin!(connection);
                     tokio::select! {
                         outcome = connection.as_mut() => {
@@ -130,7 +152,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                             let _ = connection.await;
                         }
                     }
-                });
+                }, lanes.next());
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut stop => break,
@@ -143,6 +165,9 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
         tracing::warn!("requests still in flight after the grace period; stopping anyway");
     }
+    // What is still open is cut off with its lane.
+    drop(connections);
+    drop(lanes);
     Ok(())
 }
 

@@ -2,4 +2,5 @@
 //! ([`crate::server`]) and frames its answers; none calls a dialect.
 
 pub mod http;
+mod lanes;
 pub mod stdio;
