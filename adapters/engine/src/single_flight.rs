@@ -15,6 +15,13 @@
 //! Every request that joins this way arrived before the engine was asked, so
 //! its answer is as fresh as a read of its own would have been. A read nobody
 //! joins costs one turn.
+//!
+//! Requests waiting on another thread than the read's are woken through a
+//! relay: the first of them on each thread waits on the read, the others on
+//! it. When the read answers, one wake-up crosses to each such thread instead
+//! of one per waiting request (on a server whose connections each live on
+//! one thread, a wake-up across threads is a system call; one on the same
+//! thread is not).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -41,9 +48,28 @@ type SharedAnswer = Shared<oneshot::Receiver<Answer>>;
 /// early at a turn that brings nobody.
 pub const GATHER_TURNS: usize = 2;
 
-/// The reads in flight, by run: an id (so a finished read removes only its
-/// own entry), the answer its followers wait on, and how many joined.
-type InFlight = Mutex<HashMap<NativeRef, (u64, SharedAnswer, Arc<AtomicUsize>)>>;
+/// A thread requests wait on.
+type Lane = std::thread::ThreadId;
+
+/// A read in flight.
+struct Flight {
+    /// Tells this read from a later one of the same run, so a finished read
+    /// removes only its own entry.
+    id: u64,
+    /// The answer, as the requests on the leading request's thread (and the
+    /// relays) wait on it.
+    answer: SharedAnswer,
+    /// How many requests joined.
+    joined: Arc<AtomicUsize>,
+    /// The thread of the leading request.
+    lane: Lane,
+    /// The relay of each other thread requests wait on: its id and the answer
+    /// as it passes it on.
+    relays: HashMap<Lane, (u64, SharedAnswer)>,
+}
+
+/// The reads in flight, by run.
+type InFlight = Mutex<HashMap<NativeRef, Flight>>;
 
 /// A pipeline whose concurrent reads of one run share one call. Every other
 /// operation passes straight through.
@@ -70,6 +96,19 @@ impl SingleFlight {
     pub fn reads_in_flight(&self) -> usize {
         self.in_flight.lock().expect("lock").len()
     }
+
+    /// How many requests joined the read of `run` in flight, and how many
+    /// relays they have (zero when no read is in flight).
+    #[cfg(test)]
+    fn crowd(&self, run: &NativeRef) -> (usize, usize) {
+        self.in_flight
+            .lock()
+            .expect("lock")
+            .get(run)
+            .map_or((0, 0), |f| {
+                (f.joined.load(Ordering::Relaxed), f.relays.len())
+            })
+    }
 }
 
 /// The entry of the read a request leads. Dropped when the read has
@@ -87,12 +126,39 @@ impl Lead {
     fn close(&self) -> usize {
         let mut map = self.in_flight.lock().expect("lock");
         match map.get(&self.run) {
-            Some((id, _, joined)) if *id == self.id => {
-                let joined = joined.load(Ordering::Relaxed);
+            Some(flight) if flight.id == self.id => {
+                let joined = flight.joined.load(Ordering::Relaxed);
                 map.remove(&self.run);
                 joined
             }
             _ => 0,
+        }
+    }
+}
+
+/// The place of a relay in the read it waits on. Dropped when the relay's
+/// request goes away before the answer: its place goes with it, so the
+/// requests that waited on it (they learn it left) rejoin the read, and one
+/// of them relays in its stead.
+struct RelayPlace {
+    in_flight: Arc<InFlight>,
+    run: NativeRef,
+    flight: u64,
+    lane: Lane,
+    id: u64,
+}
+
+impl Drop for RelayPlace {
+    fn drop(&mut self) {
+        let mut map = self.in_flight.lock().expect("lock");
+        if let Some(flight) = map.get_mut(&self.run).filter(|f| f.id == self.flight) {
+            if flight
+                .relays
+                .get(&self.lane)
+                .is_some_and(|(id, _)| *id == self.id)
+            {
+                flight.relays.remove(&self.lane);
+            }
         }
     }
 }
@@ -103,10 +169,17 @@ impl Drop for Lead {
     }
 }
 
-/// A request's part in a read: it leads it, or follows one in flight.
+/// A request's part in a read: it leads it, follows one in flight (on the
+/// read's thread, or through its thread's relay), or relays it to its thread.
 enum Part {
     Leads(Lead, oneshot::Sender<Answer>, Arc<AtomicUsize>),
     Follows(SharedAnswer),
+    Relays(RelayPlace, SharedAnswer, oneshot::Sender<Answer>),
+}
+
+/// An answer as the request that waited for it returns it.
+fn returned(answer: Answer) -> Result<Snapshot, EngineError> {
+    answer.map_err(|e| Arc::try_unwrap(e).unwrap_or_else(|shared| shared.duplicate()))
 }
 
 /// Lets the crowd of a read gather before the engine is asked: one turn of
@@ -140,19 +213,45 @@ impl Pipeline for SingleFlight {
     }
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        let lane = std::thread::current().id();
         loop {
             let part = {
                 let mut map = self.in_flight.lock().expect("lock");
-                match map.get(run) {
-                    Some((_, answer, joined)) => {
-                        joined.fetch_add(1, Ordering::Relaxed);
-                        Part::Follows(answer.clone())
+                match map.get_mut(run) {
+                    Some(flight) => {
+                        flight.joined.fetch_add(1, Ordering::Relaxed);
+                        if flight.lane == lane {
+                            Part::Follows(flight.answer.clone())
+                        } else if let Some((_, relayed)) = flight.relays.get(&lane) {
+                            Part::Follows(relayed.clone())
+                        } else {
+                            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                            let (tx, rx) = oneshot::channel();
+                            flight.relays.insert(lane, (id, rx.shared()));
+                            let place = RelayPlace {
+                                in_flight: self.in_flight.clone(),
+                                run: run.clone(),
+                                flight: flight.id,
+                                lane,
+                                id,
+                            };
+                            Part::Relays(place, flight.answer.clone(), tx)
+                        }
                     }
                     None => {
                         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                         let (tx, rx) = oneshot::channel();
                         let joined = Arc::new(AtomicUsize::new(0));
-                        map.insert(run.clone(), (id, rx.shared(), joined.clone()));
+                        map.insert(
+                            run.clone(),
+                            Flight {
+                                id,
+                                answer: rx.shared(),
+                                joined: joined.clone(),
+                                lane,
+                                relays: HashMap::new(),
+                            },
+                        );
                         let lead = Lead {
                             in_flight: self.in_flight.clone(),
                             run: run.clone(),
@@ -164,12 +263,23 @@ impl Pipeline for SingleFlight {
             };
             match part {
                 Part::Follows(answer) => {
-                    // `Canceled`: the leading request went away before the
-                    // engine answered; ask again (one of those asking leads).
+                    // `Canceled`: the leading request (or the relay) went away
+                    // before the engine answered; ask again (one of those
+                    // asking leads, or relays).
                     if let Ok(answer) = answer.await {
-                        return answer.map_err(|e| {
-                            Arc::try_unwrap(e).unwrap_or_else(|shared| shared.duplicate())
-                        });
+                        return returned(answer);
+                    }
+                }
+                Part::Relays(place, answer, tx) => {
+                    // `Canceled`: the leading request went away; dropping `tx`
+                    // tells those waiting on this relay to ask again too.
+                    if let Ok(answer) = answer.await {
+                        drop(place);
+                        // Someone waits on this relay while its answer is held.
+                        if !tx.is_canceled() {
+                            let _ = tx.send(answer.clone());
+                        }
+                        return returned(answer);
                     }
                 }
                 Part::Leads(lead, tx, joined) => {
@@ -402,6 +512,87 @@ mod tests {
         gate.release.notify_waiters();
         let snapshot = follower.await.unwrap().unwrap();
         assert_eq!(snapshot.state, RunState::working("read 2"));
+        assert_eq!(p.reads_in_flight(), 0);
+    }
+
+    /// A second thread with its own event loop, as a serving lane is.
+    fn other_thread() -> (tokio::runtime::Handle, impl Drop) {
+        struct Stop(Option<tokio::sync::oneshot::Sender<()>>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                let _ = self.0.take().map(|s| s.send(()));
+            }
+        }
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            handle_tx.send(rt.handle().clone()).unwrap();
+            let _ = rt.block_on(stop_rx);
+        });
+        (handle_rx.recv().unwrap(), Stop(Some(stop_tx)))
+    }
+
+    #[tokio::test]
+    async fn a_crowd_on_another_thread_shares_the_read_through_one_relay() {
+        let gate = Arc::new(Gate::default());
+        let p = Arc::new(SingleFlight::new(gate.clone()));
+        let (there, _stop) = other_thread();
+        let read = |p: Arc<SingleFlight>| async move { p.read(&"r".to_owned()).await };
+        let mut requests = vec![tokio::spawn(read(p.clone())), tokio::spawn(read(p.clone()))];
+        until("the read reaches the engine", || {
+            gate.reads.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        for _ in 0..5 {
+            requests.push(there.spawn(read(p.clone())));
+        }
+        until("the other thread's crowd joins", || {
+            p.crowd(&"r".to_owned()).0 == 6
+        })
+        .await;
+        assert_eq!(
+            p.crowd(&"r".to_owned()),
+            (6, 1),
+            "the five requests of the other thread wait through one relay"
+        );
+        gate.release.notify_waiters();
+        for request in requests {
+            let snapshot = request.await.unwrap().unwrap();
+            assert_eq!(snapshot.state, RunState::working("read 1"));
+        }
+        assert_eq!(gate.reads.load(Ordering::SeqCst), 1);
+        assert_eq!(p.reads_in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_crowd_of_a_relay_that_went_away_rejoins_the_read() {
+        let gate = Arc::new(Gate::default());
+        let p = Arc::new(SingleFlight::new(gate.clone()));
+        let (there, _stop) = other_thread();
+        let read = |p: Arc<SingleFlight>| async move { p.read(&"r".to_owned()).await };
+        let leader = tokio::spawn(read(p.clone()));
+        until("the read reaches the engine", || {
+            gate.reads.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        let relay = there.spawn(read(p.clone()));
+        until("the relay joins", || p.crowd(&"r".to_owned()) == (1, 1)).await;
+        let follower = there.spawn(read(p.clone()));
+        until("its follower joins", || p.crowd(&"r".to_owned()).0 == 2).await;
+        relay.abort();
+        assert!(relay.await.unwrap_err().is_cancelled());
+        // The follower learns its relay left, joins the read again and
+        // relays in its stead: still one read in flight.
+        until("the follower relays", || p.crowd(&"r".to_owned()) == (3, 1)).await;
+        gate.release.notify_waiters();
+        let snapshot = follower.await.unwrap().unwrap();
+        assert_eq!(snapshot.state, RunState::working("read 1"));
+        leader.await.unwrap().unwrap();
+        assert_eq!(gate.reads.load(Ordering::SeqCst), 1);
         assert_eq!(p.reads_in_flight(), 0);
     }
 
