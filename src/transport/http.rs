@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
 
-use super::lanes::{lane_count, Lanes};
+use super::lanes::{lane_count, tick_within, Lanes};
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -102,7 +102,12 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(gw.server.header_read_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut lanes = Lanes::start(lane_count(gw.server.workers))?;
+    let deadlines = [
+        gw.server.header_read_timeout,
+        gw.server.body_read_timeout,
+        gw.server.call_timeout,
+    ];
+    let mut lanes = Lanes::start(lane_count(gw.server.workers), tick_within(&deadlines))?;
     let front = Front::new(gw);
     let mut connections = tokio::task::JoinSet::new();
     let stop = stop_signal();

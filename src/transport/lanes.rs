@@ -16,6 +16,7 @@
 use std::io;
 use std::num::NonZeroUsize;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
@@ -35,13 +36,14 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    /// Starts `count` lanes, threads named `taskgate-lane-N`.
+    /// Starts `count` lanes, threads named `taskgate-lane-N`, each with a
+    /// standing timer due every `tick` (see [`standing_timer`]).
     ///
     /// # Errors
     ///
     /// When a thread or its event loop cannot be made (out of threads or file
     /// descriptors).
-    pub(crate) fn start(count: NonZeroUsize) -> io::Result<Self> {
+    pub(crate) fn start(count: NonZeroUsize, tick: Duration) -> io::Result<Self> {
         let mut lanes = Vec::with_capacity(count.get());
         for n in 0..count.get() {
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -59,7 +61,12 @@ impl Lanes {
                     let _ = ready_tx.send(Ok(runtime.handle().clone()));
                     // Runs the lane's connections until told to stop (or until
                     // the lanes are gone).
-                    let _ = runtime.block_on(stop_rx);
+                    runtime.block_on(async move {
+                        tokio::select! {
+                            _ = stop_rx => {}
+                            () = standing_timer(tick) => {}
+                        }
+                    });
                     // Whatever is left is cut off: nothing waits on it.
                     runtime.shutdown_background();
                 })?;
@@ -106,6 +113,36 @@ impl Drop for Lanes {
     }
 }
 
+/// A timer that is always set on its lane, due within `tick`; it never ends.
+///
+/// Why: the event loop learns when its next timer is due only as it goes to
+/// sleep, and a timer set while it knows of none due sooner wakes it (a system
+/// call) so it can sleep again with the new deadline in mind. Every request sets
+/// timers (the header and body deadlines, the engine call's): on a busy lane
+/// whose requests' timers had all been cleared, that was one system call for
+/// nearly every request. With this timer always due sooner than theirs (`tick`
+/// is shorter than the server's shortest deadline), setting theirs wakes
+/// nothing. Its own cost: one wake-up of an idle lane per `tick`; it reads
+/// nothing and calls no engine.
+async fn standing_timer(tick: Duration) {
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+    }
+}
+
+/// The tick of the lanes' standing timer: half the shortest of `deadlines`,
+/// at most 5 s and at least 10 ms.
+pub(crate) fn tick_within(deadlines: &[Duration]) -> Duration {
+    let shortest = deadlines
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(Duration::from_secs(10));
+    (shortest / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+}
+
 /// How many lanes to start: `server.workers` when set, else one per CPU this
 /// process may use (a container's CPU quota counts).
 pub(crate) fn lane_count(workers: Option<usize>) -> NonZeroUsize {
@@ -125,7 +162,8 @@ mod tests {
 
     #[tokio::test]
     async fn connections_go_to_each_lane_in_turn_and_stay_there() {
-        let mut lanes = Lanes::start(NonZeroUsize::new(3).unwrap()).unwrap();
+        let mut lanes =
+            Lanes::start(NonZeroUsize::new(3).unwrap(), Duration::from_secs(5)).unwrap();
         assert_eq!(lanes.len(), 3);
         let mut names = Vec::new();
         for _ in 0..6 {
@@ -157,7 +195,8 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_lanes_cuts_off_what_they_still_serve() {
-        let mut lanes = Lanes::start(NonZeroUsize::new(2).unwrap()).unwrap();
+        let mut lanes =
+            Lanes::start(NonZeroUsize::new(2).unwrap(), Duration::from_secs(5)).unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         // A connection that would never end on its own; it holds `tx`.
         let stuck = lanes.next().spawn(async move {
@@ -170,6 +209,18 @@ mod tests {
         // says cancelled.
         assert!(rx.await.is_err());
         assert!(stuck.await.unwrap_err().is_cancelled());
+    }
+
+    #[test]
+    fn the_tick_is_due_before_any_deadline() {
+        let secs = Duration::from_secs;
+        assert_eq!(tick_within(&[secs(10), secs(30), secs(15)]), secs(5));
+        assert_eq!(tick_within(&[secs(30), secs(4)]), secs(2));
+        assert_eq!(tick_within(&[secs(60)]), secs(5));
+        assert_eq!(
+            tick_within(&[Duration::from_millis(1)]),
+            Duration::from_millis(10)
+        );
     }
 
     #[test]
