@@ -536,12 +536,27 @@ mod tests {
         (handle_rx.recv().unwrap(), Stop(Some(stop_tx)))
     }
 
-    #[tokio::test]
-    async fn a_crowd_on_another_thread_shares_the_read_through_one_relay() {
+    /// A gated engine behind single-flight, and a second thread to read from.
+    fn on_two_threads() -> (
+        Arc<Gate>,
+        Arc<SingleFlight>,
+        tokio::runtime::Handle,
+        impl Drop,
+    ) {
         let gate = Arc::new(Gate::default());
         let p = Arc::new(SingleFlight::new(gate.clone()));
-        let (there, _stop) = other_thread();
-        let read = |p: Arc<SingleFlight>| async move { p.read(&"r".to_owned()).await };
+        let (there, stop) = other_thread();
+        (gate, p, there, stop)
+    }
+
+    /// A read of run `r`, to spawn on either thread.
+    async fn read(p: Arc<SingleFlight>) -> Result<Snapshot, EngineError> {
+        p.read(&"r".to_owned()).await
+    }
+
+    #[tokio::test]
+    async fn a_crowd_on_another_thread_shares_the_read_through_one_relay() {
+        let (gate, p, there, _stop) = on_two_threads();
         let mut requests = vec![tokio::spawn(read(p.clone())), tokio::spawn(read(p.clone()))];
         until("the read reaches the engine", || {
             gate.reads.load(Ordering::SeqCst) == 1
@@ -570,10 +585,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_crowd_of_a_relay_that_went_away_rejoins_the_read() {
-        let gate = Arc::new(Gate::default());
-        let p = Arc::new(SingleFlight::new(gate.clone()));
-        let (there, _stop) = other_thread();
-        let read = |p: Arc<SingleFlight>| async move { p.read(&"r".to_owned()).await };
+        let (gate, p, there, _stop) = on_two_threads();
         let leader = tokio::spawn(read(p.clone()));
         until("the read reaches the engine", || {
             gate.reads.load(Ordering::SeqCst) == 1
