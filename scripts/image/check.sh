@@ -8,7 +8,10 @@
 #
 # Asserts: the OCI labels; a numeric non-root user; `--version`; `check-config`
 # on config.example.toml passing (spool volume writable); `serve` answering
-# /healthz. Any failure exits non-zero.
+# /healthz; then `serve` as a container reachable from other hosts runs it: on
+# 0.0.0.0, with its seal key and a bearer token read from 0400 files under
+# /run/secrets (a tmpfs, as a runtime mounts secrets), refusing a request without
+# the token (401) and answering one with it. Any failure exits non-zero.
 #
 # Usage: scripts/image/check.sh [IMAGE]     (default localhost/taskgate:<version>)
 set -euo pipefail
@@ -72,6 +75,38 @@ if [[ "${1:-}" == --inside ]]; then
   kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
   trap - EXIT
   rm -f "$log_file"
+
+  # As a container reachable from other hosts: never anonymous. The secrets are
+  # files only the image's user may read, on a tmpfs at /run as a runtime makes it.
+  [[ -d "$root/run" ]] || fail "the image has no /run to mount secrets under"
+  mount -t tmpfs -o mode=0755,size=1m tmpfs "$root/run"
+  mkdir -p "$root/run/secrets/taskgate"
+  cp "$confdir/../secrets/k1" "$confdir/../secrets/ci-bot" "$root/run/secrets/taskgate/"
+  chown "$uid:$gid" "$root/run/secrets/taskgate"/*
+  chmod 0400 "$root/run/secrets/taskgate"/*
+  log_file="$(mktemp)"
+  "${image_cmd[@]}" "${entrypoint[@]}" serve --config container.toml </dev/null >/dev/null 2>"$log_file" &
+  pid=$!
+  trap 'kill -KILL "$pid" 2>/dev/null; rm -f "$log_file"' EXIT
+  deadline=$(( $(date +%s) + 20 ))
+  port=""
+  while [[ -z "$port" ]]; do
+    port="$(sed -n 's#.*listening on http://0\.0\.0\.0:\([0-9]*\)/mcp.*#\1#p' "$log_file" | head -n 1)"
+    kill -0 "$pid" 2>/dev/null || { cat "$log_file" >&2; fail "serve on 0.0.0.0 with a bearer token exited"; }
+    (( $(date +%s) < deadline )) || { cat "$log_file" >&2; fail "serve on 0.0.0.0 did not listen within 20s"; }
+    [[ -n "$port" ]] || sleep 0.2
+  done
+  init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"image-check","version":"1"}}}'
+  post() { curl -sS -o /dev/null -w '%{http_code}' --max-time 5 -X POST "http://127.0.0.1:$port/mcp" \
+             -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' "$@" -d "$init"; }
+  code="$(post)" || fail "POST /mcp without a token failed"
+  [[ "$code" == 401 ]] || fail "POST /mcp without a token answered $code, not 401"
+  code="$(post -H "authorization: Bearer $(cat "$confdir/../secrets/ci-bot")")" || fail "POST /mcp with the token failed"
+  [[ "$code" == 200 ]] || { cat "$log_file" >&2; fail "POST /mcp with the token answered $code, not 200"; }
+  log "serve on 0.0.0.0:$port: no token -> 401, bearer token -> 200"
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+  trap - EXIT
+  rm -f "$log_file"
   exit 0
 fi
 
@@ -111,7 +146,24 @@ mkdir -p "$scratch/config/examples"
 cp "$REPO_DIR/config.example.toml" "$scratch/config/taskgate.toml"
 # The example's tools, at the path the config names (relative to its folder).
 cp -r "$REPO_DIR/examples/tools" "$scratch/config/examples/"
-chmod -R a+rX "$scratch"
+# A container's configuration: reachable from other hosts, so callers authenticate;
+# the seal key and the token are files (mounted under /run/secrets inside).
+cat > "$scratch/config/container.toml" <<'EOF'
+[server]
+listen = "0.0.0.0:0"
+
+[keys]
+seal = [{ id = "k1", secret_file = "/run/secrets/taskgate/k1" }]
+
+[auth]
+bearer = [{ caller = "ci-bot", token_file = "/run/secrets/taskgate/ci-bot" }]
+default_access = [{ callers = ["ci-bot"] }]
+EOF
+mkdir -p "$scratch/secrets"
+head -c 48 /dev/urandom | base64 -w0 > "$scratch/secrets/k1"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$scratch/secrets/ci-bot"
+chmod 0700 "$scratch/secrets"
+chmod -R a+rX "$scratch/config"
 
 ctr="$("${BUILDAH[@]}" from --pull=never "$image")"
 root="$("${BUILDAH[@]}" mount "$ctr")"

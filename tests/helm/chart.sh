@@ -2,18 +2,30 @@
 # Checks the Helm chart deploy/helm/taskgate with the real tools, on the control
 # plane of scripts/k8s/cluster-up.sh (admin kubeconfig in TASKGATE_KUBECONFIG):
 #
-#   1. `helm lint --strict` with the default values and each ci/*-values.yaml;
-#   2. values that would put a secret in the ConfigMap are refused;
+#   1. `helm lint --strict` with each ci/*-values.yaml, and with the default
+#      values plus a bearer caller;
+#   2. values that would put a secret in the ConfigMap are refused, and so is a
+#      deployment other pods can reach without bearer tokens or OAuth (the
+#      default values: no anonymous callers from the network); what the least-
+#      privilege values render (secret files 0400, the ServiceAccount token and
+#      the Role only for a kubernetes engine, the NetworkPolicy's ports and
+#      peers, /metrics on its own port);
 #   3. `helm template | kubectl apply --dry-run=server` for each values file
 #      (the API server validates every object; a ServiceMonitor only when its
 #      CRD is installed, otherwise it is rendered and left out);
-#   4. `helm install --wait` in a namespace of its own: the objects exist, the
-#      Deployment's pods are Ready (kwok), the Role equals deploy/rbac.yaml's;
+#   4. `helm install --wait` in a namespace of its own, which enforces Pod
+#      Security "restricted", with the ValidatingAdmissionPolicy on: the objects
+#      exist, the Deployment's pods are Ready (kwok), the Role equals
+#      deploy/rbac.yaml's, the NetworkPolicy names the API server's address;
 #   5. `taskgate check-config` on the installed ConfigMap, in the view of one of
 #      the installed pods (scripts/k8s/as-pod.sh: its ServiceAccount token bound
 #      to that pod, the namespace's CA, the seal key Secret at its mount path):
 #      the config parses, the Role suffices, the Job template passes a server-side
-#      dry run.
+#      dry run;
+#   6. the admission policy on the real API server: a taskgate-labelled Job with
+#      an image or a ServiceAccount not allowed is refused, also when made by
+#      taskgate's ServiceAccount without the label; an allowed one is admitted;
+#      Jobs that are not taskgate's are left alone.
 #
 # Prints "chart: N passed, M failed". Without a cluster or helm it skips, unless
 # TASKGATE_REQUIRE_E2E=1 (then it fails).
@@ -61,7 +73,10 @@ trap cleanup EXIT
 values=("$chart"/ci/*-values.yaml)
 
 # ------------------------------------------------------------------ 1. lint --
-check "helm lint --strict (default values)" "$helm" lint --strict "$chart"
+# The default values name no caller: they are refused (section 2); with one they lint.
+with_caller=(--set auth.existingSecret=taskgate-tokens --set 'auth.bearer[0].caller=ci-bot'
+             --set 'auth.bearer[0].secretKey=ci-bot')
+check "helm lint --strict (default values and a bearer caller)" "$helm" lint --strict "$chart" "${with_caller[@]}"
 for v in "${values[@]}"; do
   check "helm lint --strict -f $(basename "$v")" "$helm" lint --strict "$chart" -f "$v"
 done
@@ -85,6 +100,70 @@ refused "a token under an engine is refused" "config.engines.gh.token" \
   --set 'config.engines.gh.kind=github' --set 'config.engines.gh.token=ghp_x'
 refused "an unknown mode is refused" "mode must be standalone or sidecar" --set mode=daemon
 
+# No anonymous callers from the network (item 1): standalone, or any address other
+# pods reach, needs bearer tokens or OAuth.
+refused "standalone without bearer tokens or OAuth is refused" "no way to tell callers apart"
+refused "a sidecar on a pod address without auth is refused" "no way to tell callers apart" \
+  --set mode=sidecar --set listenAddress=0.0.0.0
+check "a sidecar on loopback renders without auth" "$helm" template tg "$chart" --set mode=sidecar
+check "standalone with OAuth renders" "$helm" template tg "$chart" \
+  --set config.auth.oauth.resource=https://taskgate.example.com/mcp \
+  --set 'config.auth.oauth.issuers[0].issuer=https://id.example.com'
+refused "metricsPort equal to port is refused" "must differ from port" "${with_caller[@]}" --set metricsPort=8808
+refused "an admission policy allowing no image is refused" "admissionPolicy.allowedImages" \
+  "${with_caller[@]}" --set admissionPolicy.enabled=true
+
+# What the least-privilege values render (item 13), read back by kubectl.
+# (kubectl reads back every kind but the ServiceMonitor, which may have no CRD here:
+# that one is kept aside in sm.yaml.)
+render() {
+  "$helm" template tg "$chart" "$@" > "$scratch/all.yaml" 2>"$scratch/err" || { cat "$scratch/err" >&2; return 1; }
+  awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} !/\nkind: ServiceMonitor\n/' "$scratch/all.yaml" > "$scratch/r.yaml"
+  awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} /\nkind: ServiceMonitor\n/' "$scratch/all.yaml" > "$scratch/sm.yaml"
+}
+field() { # kind, jsonpath
+  "$kubectl" create --dry-run=client -o jsonpath="{range .items[?(@.kind==\"$1\")]}$2{end}" -f "$scratch/r.yaml"
+}
+expect() { # description, wanted, actual
+  if [[ "$2" == "$3" ]]; then ok "$1"; else bad "$1: wanted '$2', got '$3'"; fi
+}
+if render -f "$chart/ci/standalone-values.yaml" --set 'secretMounts[0].name=gh' \
+     --set 'secretMounts[0].secretName=gh' --set 'secretMounts[0].mountPath=/run/secrets/gh'; then
+  expect "every secret volume is mode 0400" "256 256 256 " \
+    "$(field Deployment '{range .spec.template.spec.volumes[*]}{.secret.defaultMode}{" "}{end}' | tr -s ' ')"
+  expect "a kubernetes engine on the ServiceAccount: its token is mounted" "true true" \
+    "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
+  expect "/metrics on its own port, probes there, the ServiceMonitor there" "9808 metrics metrics metrics" \
+    "$(field Deployment '{.spec.template.spec.containers[0].ports[?(@.name=="metrics")].containerPort} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.port}') $(sed -n 's/^  - port: //p' "$scratch/sm.yaml")"
+  toml=$(field ConfigMap '{.data.taskgate\.toml}')
+  grep -q '^metrics_listen = "0.0.0.0:9808"$' <<<"$toml" && ok "server.metrics_listen in the config" \
+    || bad "no metrics_listen in: $toml"
+  expect "NetworkPolicy: ingress to MCP (8808) from the namespace's pods only; metrics from nobody" \
+    '8808:[{"podSelector":{}}];' \
+    "$(field NetworkPolicy '{range .spec.ingress[*]}{.ports[0].port}:{.from}{";"}{end}')"
+  expect "NetworkPolicy: egress to DNS and the API server only (no engine outside the cluster)" \
+    '53,53|443,6443|' \
+    "$(field NetworkPolicy '{range .spec.egress[*]}{.ports[*].port}{"|"}{end}' | tr ' ' ,)"
+else
+  bad "helm template (standalone values, secretMounts)"
+fi
+# No kubernetes engine: no API token, no Role; an engine outside the cluster: HTTPS out;
+# a Prometheus allowed in on the metrics port.
+if render "${with_caller[@]}" --set config.engines.cluster=null --set config.engines.gh.kind=github \
+     --set config.engines.gh.token_env=GITHUB_TOKEN \
+     --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring'; then
+  expect "no kubernetes engine: no ServiceAccount token is mounted" "false false" \
+    "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
+  expect "no kubernetes engine: no Role, no RoleBinding" "" "$(field Role '{.metadata.name}')$(field RoleBinding '{.metadata.name}')"
+  expect "NetworkPolicy: metrics port from the monitoring namespace" \
+    '8808;9808:monitoring;' \
+    "$(field NetworkPolicy '{range .spec.ingress[*]}{.ports[0].port}{range .from[*]}:{.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name}{end}{";"}{end}')"
+  expect "NetworkPolicy: egress to DNS and HTTPS, not to the API server" '53,53|443|' \
+    "$(field NetworkPolicy '{range .spec.egress[*]}{.ports[*].port}{"|"}{end}' | tr ' ' ,)"
+else
+  bad "helm template (a github engine, no kubernetes engine)"
+fi
+
 # The rendered TOML keeps integers integers and escapes strings.
 toml=$("$helm" template tg "$chart" -f "$chart/ci/standalone-values.yaml" --show-only templates/configmap.yaml \
   | "$kubectl" create --dry-run=client -o jsonpath='{.data.taskgate\.toml}' -f - 2>&1)
@@ -96,14 +175,16 @@ else
 fi
 
 # ------------------------------------------------- 3. server-side dry runs --
-kc create namespace "$ns" >/dev/null && kc label namespace "$ns" taskgate.io/e2e=true >/dev/null \
+# The namespace enforces Pod Security "restricted", as README advises for the Jobs'.
+kc create namespace "$ns" >/dev/null && kc label namespace "$ns" taskgate.io/e2e=true \
+     pod-security.kubernetes.io/enforce=restricted >/dev/null \
   || { bad "create namespace $ns"; exit 1; }
 has_servicemonitor=""
 kc api-resources --api-group=monitoring.coreos.com -o name 2>/dev/null | grep -q '^servicemonitors' && has_servicemonitor=1
 for v in default "${values[@]}"; do
-  args=()
+  args=("${with_caller[@]}" --set admissionPolicy.enabled=true)
   [[ "$v" != default ]] && args=(-f "$v")
-  name=$([[ "$v" == default ]] && echo "default values" || basename "$v")
+  name=$([[ "$v" == default ]] && echo "default values, a caller, the admission policy" || basename "$v")
   if ! "$helm" template tg "$chart" -n "$ns" "${args[@]}" > "$scratch/rendered.yaml" 2>"$scratch/err"; then
     bad "helm template ($name)"; cat "$scratch/err" >&2; continue
   fi
@@ -125,16 +206,32 @@ kc -n "$ns" create secret generic taskgate-tokens --from-literal=ci-bot="$(head 
 sm_args=()
 [[ -z "$has_servicemonitor" ]] && sm_args=(--set serviceMonitor.enabled=false)
 if "$helm" install tg "$chart" -n "$ns" -f "$chart/ci/standalone-values.yaml" "${sm_args[@]}" \
-     --wait --timeout 120s > "$scratch/install.log" 2>&1; then
-  ok "helm install --wait (2 replicas Ready)"
+     --set admissionPolicy.enabled=true --wait --timeout 120s > "$scratch/install.log" 2>&1; then
+  ok "helm install --wait (2 replicas Ready, admitted under Pod Security restricted)"
 else
   bad "helm install --wait"; cat "$scratch/install.log" >&2
   kc -n "$ns" get all >&2
 fi
 for obj in deployment/tg-taskgate service/tg-taskgate serviceaccount/tg-taskgate \
-           role/tg-taskgate rolebinding/tg-taskgate configmap/tg-taskgate; do
+           role/tg-taskgate rolebinding/tg-taskgate configmap/tg-taskgate networkpolicy/tg-taskgate; do
   check "$obj exists after install" kc -n "$ns" get "$obj"
 done
+vap="tg-taskgate-$ns-jobs"
+vap="${vap:0:63}"; vap="${vap%-}"
+for obj in "validatingadmissionpolicy/$vap" "validatingadmissionpolicybinding/$vap"; do
+  check "$obj exists after install" kc get "$obj"
+done
+# The NetworkPolicy lets taskgate reach the API server at the address its
+# EndpointSlice names (read by the chart at install).
+api_ip=$(kc get endpointslice -n default kubernetes -o jsonpath='{.endpoints[0].addresses[0]}')
+api_port=$(kc get endpointslice -n default kubernetes -o jsonpath='{.ports[0].port}')
+np_api=$(kc -n "$ns" get networkpolicy tg-taskgate \
+  -o jsonpath='{range .spec.egress[*]}{range .to[*]}{.ipBlock.cidr}{end}|{.ports[*].port};{end}')
+if [[ -n "$api_ip" && ";$np_api" == *";$api_ip/32|"*"$api_port"* ]]; then
+  ok "NetworkPolicy egress to the API server's own address ($api_ip:$api_port)"
+else
+  bad "NetworkPolicy egress lacks the API server $api_ip:$api_port: $np_api"
+fi
 ready=$(kc -n "$ns" get deployment tg-taskgate -o jsonpath='{.status.readyReplicas}')
 [[ "$ready" == 2 ]] && ok "2 ready replicas" || bad "ready replicas: '$ready'"
 
@@ -181,6 +278,60 @@ if out=$(cd "$scratch/config" && "$root/scripts/k8s/as-pod.sh" \
   fi
 else
   bad "check-config on the installed ConfigMap"; printf '%s\n' "$out" >&2
+fi
+
+# ------------------------------------------ 6. the admission policy, for real --
+# Jobs as someone holding taskgate's token (or a changed template) would make them;
+# the allowed image is the chart's Job template's, registry.example.com/reports:1.4.
+job() { # name, image, labelled (yes|no), serviceAccountName ("" for none)
+  printf 'apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: %s\n' "$1"
+  [[ $3 == yes ]] && printf '  labels: {taskgate.io/tool: nightly_report}\n'
+  printf 'spec:\n  template:\n    spec:\n      restartPolicy: Never\n'
+  [[ -n $4 ]] && printf '      serviceAccountName: %s\n' "$4"
+  printf '      securityContext: {runAsNonRoot: true, runAsUser: 10001, seccompProfile: {type: RuntimeDefault}}\n'
+  printf '      containers:\n      - name: c\n        image: %s\n' "$2"
+  printf '        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n'
+}
+make_job() { # name, image, labelled, sa, [kubectl args…]
+  local spec; spec=$(job "$1" "$2" "$3" "$4"); shift 4
+  kc -n "$ns" create "$@" -f - <<<"$spec" 2>&1
+}
+refused_job() { # description, message fragment, make_job args…
+  local what=$1 want=$2 out; shift 2
+  if out=$(make_job "$@"); then
+    bad "$what: admitted"; kc -n "$ns" delete job "$1" --wait=false >/dev/null 2>&1
+  elif [[ "$out" == *"$want"* ]]; then ok "$what"
+  else bad "$what: refused for another reason: $out"
+  fi
+}
+# The policy takes effect once the API server has loaded it: until a wrong image is
+# refused (at most 60 s), a Job that got in is removed again.
+deadline=$(( $(date +%s) + 60 )) active="" out=""
+while (( $(date +%s) < deadline )); do
+  if out=$(make_job vap-probe registry.example.com/evil:1 yes ""); then
+    kc -n "$ns" delete job vap-probe --wait=false >/dev/null 2>&1
+  elif [[ "$out" == *"images allowed by the taskgate chart"* ]]; then
+    active=1; break
+  fi
+  sleep 0.5
+done
+if [[ -n "$active" ]]; then
+  ok "a taskgate Job with an image not allowed is refused (ValidatingAdmissionPolicy)"
+  refused_job "an allowed image under a ServiceAccount not allowed is refused" \
+    "ServiceAccounts allowed by the taskgate chart" vap-sa registry.example.com/reports:1.4 yes admin
+  refused_job "taskgate's ServiceAccount leaving the label off is refused all the same" \
+    "images allowed by the taskgate chart" vap-unlabelled registry.example.com/evil:1 no "" \
+    --as "system:serviceaccount:$ns:tg-taskgate"
+  refused_job "an image that only starts like the allowed one is refused" \
+    "images allowed by the taskgate chart" vap-lookalike registry.example.com/reports:1.4-evil yes ""
+  check "a taskgate Job with the allowed image is admitted" \
+    make_job vap-ok registry.example.com/reports:1.4 yes ""
+  check "taskgate's ServiceAccount may still make an allowed Job" \
+    make_job vap-ok-sa registry.example.com/reports:1.4 yes "" --as "system:serviceaccount:$ns:tg-taskgate"
+  check "a Job that is not taskgate's is left alone" \
+    make_job other-team registry.example.com/evil:1 no ""
+else
+  bad "the admission policy never refused a Job with an image not allowed: $out"
 fi
 
 if "$helm" uninstall tg -n "$ns" --wait --timeout 60s >/dev/null 2>&1; then

@@ -51,12 +51,85 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%v" (default $default .Values.listenAddress) (int .Values.port) -}}
 {{- end -}}
 
+{{/* The address of /metrics and /healthz (server.metrics_listen), or "" when they stay on `port`. */}}
+{{- define "taskgate.metricsListen" -}}
+{{- if .Values.metricsPort -}}
+{{- if eq (int .Values.metricsPort) (int .Values.port) -}}
+{{- fail (printf "metricsPort (%v) must differ from port (%v); 0 keeps /metrics on port" .Values.metricsPort .Values.port) -}}
+{{- end -}}
+{{- printf "%s:%v" (default "0.0.0.0" .Values.metricsListenAddress) (int .Values.metricsPort) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The container port of the probes: the metrics port when there is one (it answers
+whatever the MCP port's rules), else the MCP port. */}}
+{{- define "taskgate.probePort" -}}
+{{- ternary "metrics" "http" (ne (include "taskgate.metricsListen" .) "") -}}
+{{- end -}}
+
 {{- define "taskgate.probesEnabled" -}}
 {{- if kindIs "invalid" .Values.probes.enabled -}}
-{{- ternary "true" "" (eq (include "taskgate.mode" .) "standalone") -}}
+{{- /* A sidecar bound to 127.0.0.1 can be probed on its metrics port only. */ -}}
+{{- ternary "true" "" (or (eq (include "taskgate.mode" .) "standalone") (ne (include "taskgate.metricsListen" .) "")) -}}
 {{- else if .Values.probes.enabled -}}
 true
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when taskgate's listen address is loopback (it then serves its own pod only). */}}
+{{- define "taskgate.listenIsLoopback" -}}
+{{- $host := default (ternary "0.0.0.0" "127.0.0.1" (eq (include "taskgate.mode" .) "standalone")) .Values.listenAddress -}}
+{{- if or (hasPrefix "127." $host) (has $host (list "::1" "[::1]" "localhost")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when HTTP callers must authenticate: bearer tokens or OAuth. */}}
+{{- define "taskgate.authConfigured" -}}
+{{- $auth := (get (.Values.config | default dict) "auth") | default dict -}}
+{{- if or .Values.auth.bearer (get $auth "oauth") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+No anonymous callers from the network: a listen address other pods can reach needs
+bearer tokens or OAuth (taskgate itself refuses to serve it anonymously).
+*/}}
+{{- define "taskgate.requireAuth" -}}
+{{- if and (not (include "taskgate.listenIsLoopback" .)) (not (include "taskgate.authConfigured" .)) -}}
+{{- fail (printf "taskgate would listen on %s, where other pods reach it, with no way to tell callers apart: set auth.bearer (tokens in auth.existingSecret) or config.auth.oauth. Anonymous callers are served on loopback only (mode=sidecar)." (include "taskgate.listen" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Engines of kind kubernetes that use the pod's ServiceAccount (no kubeconfig). */}}
+{{- define "taskgate.usesServiceAccountToken" -}}
+{{- $uses := false -}}
+{{- range $name, $engine := ((.Values.config | default dict).engines | default dict) -}}
+{{- if and (kindIs "map" $engine) (eq (toString (get $engine "kind")) "kubernetes") (not (get $engine "kubeconfig")) -}}
+{{- $uses = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $uses -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when an engine or the OAuth issuers are reached over HTTPS outside the cluster. */}}
+{{- define "taskgate.needsHttpsEgress" -}}
+{{- $egress := .Values.networkPolicy.egress -}}
+{{- $needs := false -}}
+{{- if kindIs "invalid" $egress.https -}}
+{{- range $name, $engine := ((.Values.config | default dict).engines | default dict) -}}
+{{- if and (kindIs "map" $engine) (has (toString (get $engine "kind")) (list "stepfunctions" "github" "airflow")) -}}
+{{- $needs = true -}}
+{{- end -}}
+{{- end -}}
+{{- if get ((get (.Values.config | default dict) "auth") | default dict) "oauth" -}}
+{{- $needs = true -}}
+{{- end -}}
+{{- else if $egress.https -}}
+{{- $needs = true -}}
+{{- end -}}
+{{- if $needs -}}true{{- end -}}
 {{- end -}}
 
 {{/* Paths inside the container. */}}
@@ -149,6 +222,9 @@ strings, which are valid TOML basic strings. Maps become inline tables.
 {{- end -}}
 {{- $server := (get $config "server") | default dict -}}
 {{- $_ := set $server "listen" (include "taskgate.listen" .) -}}
+{{- if include "taskgate.metricsListen" . -}}
+{{- $_ = set $server "metrics_listen" (include "taskgate.metricsListen" .) -}}
+{{- end -}}
 {{- $_ = set $config "server" $server -}}
 {{- $seal := list -}}
 {{- range $id := (required "keys.ids must name at least one key" .Values.keys.ids) -}}
@@ -168,6 +244,7 @@ strings, which are valid TOML basic strings. Maps become inline tables.
 {{- $_ = set $auth "bearer" $bearer -}}
 {{- $_ = set $config "auth" $auth -}}
 {{- end -}}
+{{- include "taskgate.requireAuth" . -}}
 # taskgate.toml, made by the taskgate Helm chart from its values.
 {{- include "taskgate.toml.table" (list "server" $server) }}
 {{ include "taskgate.toml.table" (list "keys" (dict "seal" $seal)) }}
@@ -199,6 +276,11 @@ ports:
 - name: http
   containerPort: {{ int .Values.port }}
   protocol: TCP
+{{- if include "taskgate.metricsListen" . }}
+- name: metrics
+  containerPort: {{ int .Values.metricsPort }}
+  protocol: TCP
+{{- end }}
 {{- with .Values.env }}
 env:
 {{- toYaml . | nindent 0 }}
@@ -209,10 +291,10 @@ envFrom:
 {{- end }}
 {{- if include "taskgate.probesEnabled" . }}
 livenessProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: {{ include "taskgate.probePort" . }}}
   {{- toYaml .Values.probes.liveness | nindent 2 }}
 readinessProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: {{ include "taskgate.probePort" . }}}
   {{- toYaml .Values.probes.readiness | nindent 2 }}
 {{- end }}
 resources:
@@ -249,7 +331,7 @@ volumeMounts:
 - name: taskgate-keys
   secret:
     secretName: {{ .Values.keys.existingSecret }}
-    defaultMode: 0444
+    defaultMode: 0400
 - name: taskgate-spool
   emptyDir:
     sizeLimit: {{ .Values.spool.sizeLimit }}
@@ -257,13 +339,13 @@ volumeMounts:
 - name: taskgate-tokens
   secret:
     secretName: {{ .Values.auth.existingSecret }}
-    defaultMode: 0444
+    defaultMode: 0400
 {{- end }}
 {{- range .Values.secretMounts }}
 - name: {{ .name }}
   secret:
     secretName: {{ .secretName }}
-    defaultMode: 0444
+    defaultMode: 0400
 {{- end }}
 {{- end -}}
 
