@@ -32,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-chart=deploy/helm/taskgate
+chart="${TASKGATE_CHART:-deploy/helm/taskgate}"  # another copy of the chart, to compare
 export TASKGATE_CACHE="${TASKGATE_CACHE:-$HOME/.cache/taskgate}"
 
 log() { printf '[chart] %s\n' "$*" >&2; }
@@ -121,16 +121,18 @@ render() {
   awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} !/\nkind: ServiceMonitor\n/' "$scratch/all.yaml" > "$scratch/r.yaml"
   awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} /\nkind: ServiceMonitor\n/' "$scratch/all.yaml" > "$scratch/sm.yaml"
 }
-field() { # kind, jsonpath
-  "$kubectl" create --dry-run=client -o jsonpath="{range .items[?(@.kind==\"$1\")]}$2{end}" -f "$scratch/r.yaml"
+field() { # kind, jsonpath: the field of the rendered object of that kind ("" if none)
+  awk -v k="$1" 'BEGIN{RS="\n---\n"; ORS="\n---\n"} $0 ~ ("\nkind: " k "\n")' "$scratch/r.yaml" > "$scratch/one.yaml"
+  [[ -s "$scratch/one.yaml" ]] || return 0
+  "$kubectl" create --dry-run=client -o jsonpath="$2" -f "$scratch/one.yaml"
 }
 expect() { # description, wanted, actual
   if [[ "$2" == "$3" ]]; then ok "$1"; else bad "$1: wanted '$2', got '$3'"; fi
 }
 if render -f "$chart/ci/standalone-values.yaml" --set 'secretMounts[0].name=gh' \
      --set 'secretMounts[0].secretName=gh' --set 'secretMounts[0].mountPath=/run/secrets/gh'; then
-  expect "every secret volume is mode 0400" "256 256 256 " \
-    "$(field Deployment '{range .spec.template.spec.volumes[*]}{.secret.defaultMode}{" "}{end}' | tr -s ' ')"
+  expect "every secret volume (keys, tokens, secretMounts) is mode 0400" "256 256 256" \
+    "$(field Deployment '{range .spec.template.spec.volumes[*]}{.secret.defaultMode}{" "}{end}' | xargs)"
   expect "a kubernetes engine on the ServiceAccount: its token is mounted" "true true" \
     "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
   expect "/metrics on its own port, probes there, the ServiceMonitor there" "9808 metrics metrics metrics" \
@@ -156,7 +158,7 @@ if render "${with_caller[@]}" --set config.engines.cluster=null --set config.eng
     "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
   expect "no kubernetes engine: no Role, no RoleBinding" "" "$(field Role '{.metadata.name}')$(field RoleBinding '{.metadata.name}')"
   expect "NetworkPolicy: metrics port from the monitoring namespace" \
-    '8808;9808:monitoring;' \
+    '8808:;9808:monitoring;' \
     "$(field NetworkPolicy '{range .spec.ingress[*]}{.ports[0].port}{range .from[*]}:{.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name}{end}{";"}{end}')"
   expect "NetworkPolicy: egress to DNS and HTTPS, not to the API server" '53,53|443|' \
     "$(field NetworkPolicy '{range .spec.egress[*]}{.ports[*].port}{"|"}{end}' | tr ' ' ,)"
@@ -182,7 +184,8 @@ kc create namespace "$ns" >/dev/null && kc label namespace "$ns" taskgate.io/e2e
 has_servicemonitor=""
 kc api-resources --api-group=monitoring.coreos.com -o name 2>/dev/null | grep -q '^servicemonitors' && has_servicemonitor=1
 for v in default "${values[@]}"; do
-  args=("${with_caller[@]}" --set admissionPolicy.enabled=true)
+  args=("${with_caller[@]}" --set admissionPolicy.enabled=true
+        --set 'admissionPolicy.allowedImages[0]=registry.example.com/reports@sha256:*')
   [[ "$v" != default ]] && args=(-f "$v")
   name=$([[ "$v" == default ]] && echo "default values, a caller, the admission policy" || basename "$v")
   if ! "$helm" template tg "$chart" -n "$ns" "${args[@]}" > "$scratch/rendered.yaml" 2>"$scratch/err"; then
