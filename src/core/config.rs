@@ -164,6 +164,11 @@ pub struct ServerConfig {
     /// closes. Default: one per CPU the process may use (a container's CPU
     /// limit counts).
     pub workers: Option<usize>,
+    /// A second address serving only `GET /metrics` and `GET /healthz`, so that
+    /// a scraper (and a network policy) can reach the metrics without reaching
+    /// MCP. When set, `/metrics` is no longer served on `listen`. Default unset:
+    /// `/metrics` is served on `listen`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +189,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             workers: None,
+            metrics_listen: None,
         }
     }
 }

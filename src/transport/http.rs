@@ -1,4 +1,5 @@
-//! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics`.
+//! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics` (the
+//! latter on its own port when `server.metrics_listen` is set).
 //!
 //! It guards the endpoint (Host, Origin, body size), frames what the front door
 //! answers (JSON or an SSE stream) and sets the session header; the front door
@@ -37,8 +38,11 @@ fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
             "/mcp",
             post(mcp).get(method_not_allowed).delete(method_not_allowed),
         )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics));
+        .route("/healthz", get(|| async { "ok\n" }));
+    // With `server.metrics_listen` set, /metrics is served there only.
+    if gw.server.metrics_listen.is_none() {
+        router = router.route("/metrics", get(metrics));
+    }
     if let Some(o) = &oauth {
         for path in o.metadata_paths() {
             router = router.route(&path, get(resource_metadata));
@@ -97,6 +101,7 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
+    let _metrics_port = super::metrics_port::start(&gw).await?;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
@@ -203,7 +208,7 @@ async fn method_not_allowed() -> Response {
 
 /// `/metrics`: OpenMetrics text to a scraper that accepts it (Prometheus
 /// does), the classic text format otherwise.
-async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+pub(super) async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let open = headers
         .get_all(header::ACCEPT)
         .iter()

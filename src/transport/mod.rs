@@ -3,4 +3,5 @@
 
 pub mod http;
 mod lanes;
+mod metrics_port;
 pub mod stdio;
