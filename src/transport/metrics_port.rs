@@ -60,8 +60,8 @@ pub(super) async fn start(gw: &Arc<Gateway>) -> std::io::Result<Option<MetricsPo
                     continue;
                 }
             };
-            let connection = builder
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "metrics connection ended with an error");

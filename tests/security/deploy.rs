@@ -34,7 +34,10 @@ async fn metrics_port_serves_metrics_and_health_only() {
         r.text().await.ok()
     })
     .await;
-    assert!(scrape.contains("taskgate_build_info{version=\""), "{scrape}");
+    assert!(
+        scrape.contains("taskgate_build_info{version=\""),
+        "{scrape}"
+    );
     let health = http.get(format!("{metrics}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 
@@ -172,8 +175,12 @@ fn dependency_audit_refuses_a_known_vulnerability() {
     // time 0.1.40: RUSTSEC-2020-0071 (a segfault through the environment).
     let lock = lockfile(dir.path(), "time", "0.1.40");
     let out = audit_script(&[], &[("TASKGATE_AUDIT_LOCKFILE", &lock)]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a vulnerable lockfile passed: {text}");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a vulnerable lockfile passed: {text}"
+    );
     assert!(text.contains("RUSTSEC-2020-0071"), "{text}");
 }
 
@@ -186,8 +193,12 @@ fn dependency_audit_refuses_an_unmaintained_crate() {
     // yaml-rust: RUSTSEC-2024-0320, unmaintained (a warning, denied).
     let lock = lockfile(dir.path(), "yaml-rust", "0.4.5");
     let out = audit_script(&[], &[("TASKGATE_AUDIT_LOCKFILE", &lock)]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "an unmaintained crate passed: {text}");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "an unmaintained crate passed: {text}"
+    );
     assert!(text.contains("RUSTSEC-2024-0320"), "{text}");
 }
 
