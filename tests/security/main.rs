@@ -17,10 +17,14 @@
 //! - `lookups`: SEP-1391 look-ups bounded and checked; per-caller quotas (items 7, 8);
 //! - `references`: forged references go nowhere (item 9);
 //! - `terminal`: the terminal client shows text, not escape codes (item 11);
-//! - `audit`: audit answers who, from where, saw what (item 12).
+//! - `audit`: audit answers who, from where, saw what (item 12);
+//! - `deploy`: `/metrics` on a port of its own that serves no MCP (item 13, the
+//!   server's part); the dependency audit refuses a vulnerable or unmaintained
+//!   crate and a missing database, and passes `Cargo.lock` (item 14).
 //!
-//! The chart's controls (item 13) are checked by `tests/helm/chart.sh`; the
-//! dependency audit (item 14) by `scripts/audit.sh` under `.ci/run`.
+//! The chart's controls (items 1 and 13: no anonymous standalone deployment, the
+//! NetworkPolicy, secret modes, token mounting, the admission policy on a real API
+//! server) are checked by `tests/helm/chart.sh`; `.ci/run` runs `scripts/audit.sh`.
 
 #[path = "../common/mod.rs"]
 mod common;

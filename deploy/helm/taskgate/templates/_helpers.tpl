@@ -61,8 +61,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The container port of the probes: the metrics port when there is one (it answers
-whatever the MCP port's rules), else the MCP port. */}}
+{{/* The container port of the probes: the metrics port when there is one (the kubelet
+reaches it in every mode, a sidecar on 127.0.0.1 included), else the MCP port. */}}
 {{- define "taskgate.probePort" -}}
 {{- ternary "metrics" "http" (ne (include "taskgate.metricsListen" .) "") -}}
 {{- end -}}
