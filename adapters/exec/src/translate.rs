@@ -210,7 +210,7 @@ fn output(view: &SpoolView, exit: &ExitRecord) -> ToolOutput {
         Some(Ok(value)) => Some(value),
         Some(Err(problem)) => {
             return ToolOutput::error(format!(
-                "the process wrote a result file that is not JSON: {problem}"
+                "the process's result cannot be used: {problem}"
             ))
         }
         None => None,
