@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{self, tool_entry, toml_str, wait_for, Server, Setup, KEY_SECRET};
+use crate::common::{self, toml_str, tool_entry, wait_for, Server, Setup, KEY_SECRET};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -163,7 +163,10 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
             "what another user can reach",
             "local",
             schema,
-            &script_target("run_as_probe.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
+            &script_target(
+                "run_as_probe.sh",
+                &format!("run_as = \"{NOBODY}:{NOBODY}\""),
+            ),
         )
     });
     // The test's folder is private to root; the other user must reach the
@@ -281,19 +284,53 @@ async fn a_world_writable_spool_folder_is_refused_by_check_config_and_serve() {
     }
 }
 
+/// Starts `tool` of `setup`, waits for its end and checks that it is a tool
+/// error naming the cap `cap` and the result's `size`, and that later polls
+/// answer at once (the file is never read).
+async fn assert_result_refused(setup: &Setup, tool: &str, size: &str, cap: &str) {
+    let server = Server::start(setup).await;
+    let client = server.client();
+    let task = client.start_task(tool, json!({})).await;
+    let done = client.wait_terminal(&task, LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = common::text(&done["result"]);
+    assert!(
+        text.contains("max_result_bytes") && text.contains(cap) && text.contains(size),
+        "the error names the cap {cap} and the size {size}: {text}"
+    );
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        let again = client.get(&task).await;
+        assert_eq!(again["result"]["isError"], true, "{again}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "five polls took {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
-async fn a_huge_result_is_not_read_and_the_error_names_the_cap() {
-    let setup = setup_with(|setup| {
-        let spool = setup.dir.path().join("spool-capped");
+async fn a_gigabyte_result_is_not_read_and_the_error_names_the_default_cap() {
+    let setup = setup_with(|_| {
         tool_entry(
             "gigabyte",
             "leaves a 1 GiB result",
             "local",
             "{ type = \"object\" }",
             &script_target("big_result.sh", ""),
-        ) + &format!(
+        )
+    });
+    assert_result_refused(&setup, "gigabyte", "1073741824", "4194304").await;
+}
+
+#[tokio::test]
+async fn the_result_cap_is_an_engine_setting() {
+    let setup = setup_with(|setup| {
+        format!(
             "[engines.capped]\nkind = \"exec\"\nspool_dir = {}\nmax_result_bytes = 4096\n\n",
-            toml_str(&spool)
+            toml_str(&setup.dir.path().join("spool-capped"))
         ) + &tool_entry(
             "eight_k",
             "leaves an 8 KiB result",
@@ -305,31 +342,5 @@ async fn a_huge_result_is_not_read_and_the_error_names_the_cap() {
             ),
         )
     });
-    let server = Server::start(&setup).await;
-    let client = server.client();
-    for (tool, size, cap) in [
-        ("gigabyte", "1073741824", "4194304"),
-        ("eight_k", "8192", "4096"),
-    ] {
-        let task = client.start_task(tool, json!({})).await;
-        let done = client.wait_terminal(&task, LONG).await;
-        assert_eq!(done["status"], "completed", "{done}");
-        assert_eq!(done["result"]["isError"], true, "{done}");
-        let text = common::text(&done["result"]);
-        assert!(
-            text.contains("max_result_bytes") && text.contains(cap) && text.contains(size),
-            "the error names the cap: {text}"
-        );
-        // Every later poll answers at once: the file is never read.
-        let started = std::time::Instant::now();
-        for _ in 0..5 {
-            let again = client.get(&task).await;
-            assert_eq!(again["result"]["isError"], true, "{again}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "five polls took {:?}",
-            started.elapsed()
-        );
-    }
+    assert_result_refused(&setup, "eight_k", "8192", "4096").await;
 }

@@ -668,14 +668,16 @@ impl Spool {
                         .map_err(|e| format!("the result file is not JSON: {e}")),
                 ),
                 Ok(None) => None,
-                Err(e) => Some(Err(match e.get_ref().and_then(|e| e.downcast_ref::<TooLarge>()) {
-                    Some(big) => format!(
+                Err(e) => Some(Err(
+                    match e.get_ref().and_then(|e| e.downcast_ref::<TooLarge>()) {
+                        Some(big) => format!(
                         "the result file holds {} bytes, more than the engine's max_result_bytes \
                          ({}): it was not read",
                         big.size, big.max
                     ),
-                    None => format!("the result file cannot be read: {e}"),
-                })),
+                        None => format!("the result file cannot be read: {e}"),
+                    },
+                )),
             };
             // A tail is at most `tail_bytes` and its header; a larger file was
             // not written by the supervisor, and only its start is read.

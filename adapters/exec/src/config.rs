@@ -60,7 +60,9 @@ pub struct EngineSettings {
     /// The command that launches a run's supervisor, the small detached
     /// process that waits for the tool process and records how it ended; the
     /// run folder is appended as its last argument. Default: this taskgate
-    /// binary with `supervise` (`["/path/to/taskgate", "supervise"]`).
+    /// binary with `supervise` (`["/path/to/taskgate", "supervise"]`). It
+    /// starts from a cleared environment holding only the tool's `pass_env`
+    /// variables (the process can read its parent's environment).
     #[serde(default)]
     pub supervisor: Option<Vec<String>>,
 
@@ -424,7 +426,10 @@ mod tests {
         };
         let t = target(json!({"command": ["/bin/echo", "hi"], "env": {"A": "1"}})).unwrap();
         assert_eq!(t.pass_env()[0], "PATH");
-        assert!(!t.pass_env().iter().any(|n| n == "HOME"), "HOME is not passed by default");
+        assert!(
+            !t.pass_env().iter().any(|n| n == "HOME"),
+            "HOME is not passed by default"
+        );
         assert_eq!(t.run_as().unwrap(), None);
         let t = target(json!({"command": ["/x"], "run_as": "65534:65534"})).unwrap();
         assert_eq!(
