@@ -167,6 +167,12 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
                 "run_as_probe.sh",
                 &format!("run_as = \"{NOBODY}:{NOBODY}\""),
             ),
+        ) + &tool_entry(
+            "ask_as",
+            "asks a question as another user",
+            "local",
+            common::LABEL_SCHEMA,
+            &script_target("ask.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
         )
     });
     // The test's folder is private to root; the other user must reach the
@@ -211,6 +217,25 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
         assert_eq!(seen[key], false, "{what} must be out of reach: {seen}");
     }
     assert_eq!(seen["args"], true, "it reads its own arguments: {seen}");
+    // Separated, it still works: it asks (a request in the shared input
+    // folder), reads the answer taskgate writes, and leaves its result.
+    let asking = client.start_task("ask_as", json!({ "label": "v9" })).await;
+    client.until_status(&asking, "input_required", LONG).await;
+    let ack = client
+        .update(
+            &asking,
+            json!({ "approve": { "action": "accept", "content": { "ok": true } } }),
+        )
+        .await;
+    assert_eq!(ack.status, 200, "{}", ack.raw);
+    let answered = client.wait_terminal(&asking, LONG).await;
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert_eq!(
+        answered["result"]["structuredContent"]["answer"]["content"],
+        json!({ "ok": true }),
+        "{answered}"
+    );
+
     // The result it wrote is its own; taskgate's records stay taskgate's.
     let probe_run = setup
         .runs_of("probe")
