@@ -369,3 +369,38 @@ async fn the_result_cap_is_an_engine_setting() {
     });
     assert_result_refused(&setup, "eight_k", "8192", "4096").await;
 }
+
+#[tokio::test]
+async fn a_run_as_tool_cannot_make_taskgate_read_a_file_for_it() {
+    if !root_or_skip("run_as (setuid to 65534)") {
+        return;
+    }
+    let schema = "{ type = \"object\", properties = { target = { type = \"string\" } } }";
+    let setup = setup_with(|_| {
+        tool_entry(
+            "link",
+            "links its result to another file",
+            "local",
+            schema,
+            &script_target("link_result.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
+        )
+    });
+    std::fs::set_permissions(setup.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    // A file only the server's user may read, and valid JSON.
+    let private = setup.dir.path().join("private.json");
+    std::fs::write(&private, r#"{"secret": "only-root-reads-this"}"#).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let server = Server::start(&setup).await;
+    let client = server.client();
+    let task = client
+        .start_task("link", json!({ "target": private.display().to_string() }))
+        .await;
+    let done = client.wait_terminal(&task, LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert!(
+        !done.to_string().contains("only-root-reads-this"),
+        "taskgate read a file for the tool: {done}"
+    );
+}
