@@ -51,6 +51,22 @@ fn script_target(script: &str, extra: &str) -> String {
     )
 }
 
+/// `target = { command = [COPY] , EXTRA }` for a copy of a script of
+/// `tests/tools/` in the setup's folder, which is opened to other users (0711,
+/// so they also reach the spool below it, which itself stays unlistable):
+/// a `run_as` user reaches it wherever the checkout lies.
+fn shared_script_target(setup: &Setup, script: &str, extra: &str) -> String {
+    std::fs::set_permissions(setup.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let copy = setup.dir.path().join(script);
+    std::fs::copy(common::tool_script(script), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "command = [{}]{}",
+        toml_str(&copy),
+        common::more_fields(extra)
+    )
+}
+
 /// Every regular file under `dir`.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -151,7 +167,7 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
         return;
     }
     let schema = "{ type = \"object\", properties = { server_pid = { type = \"integer\" }, other_run = { type = \"string\" } } }";
-    let setup = setup_with(|_| {
+    let setup = setup_with(|setup| {
         tool_entry(
             "dump_env",
             "dumps what it can see",
@@ -163,7 +179,8 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
             "what another user can reach",
             "local",
             schema,
-            &script_target(
+            &shared_script_target(
+                setup,
                 "run_as_probe.sh",
                 &format!("run_as = \"{NOBODY}:{NOBODY}\""),
             ),
@@ -172,12 +189,9 @@ async fn a_tool_run_as_another_user_cannot_read_the_server_nor_the_spool() {
             "asks a question as another user",
             "local",
             common::LABEL_SCHEMA,
-            &script_target("ask.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
+            &shared_script_target(setup, "ask.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
         )
     });
-    // The test's folder is private to root; the other user must reach the
-    // spool below it (the spool itself stays unlistable).
-    std::fs::set_permissions(setup.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let server = Server::start(&setup).await;
     let client = server.client();
 
@@ -376,16 +390,19 @@ async fn a_run_as_tool_cannot_make_taskgate_read_a_file_for_it() {
         return;
     }
     let schema = "{ type = \"object\", properties = { target = { type = \"string\" } } }";
-    let setup = setup_with(|_| {
+    let setup = setup_with(|setup| {
         tool_entry(
             "link",
             "links its result to another file",
             "local",
             schema,
-            &script_target("link_result.sh", &format!("run_as = \"{NOBODY}:{NOBODY}\"")),
+            &shared_script_target(
+                setup,
+                "link_result.sh",
+                &format!("run_as = \"{NOBODY}:{NOBODY}\""),
+            ),
         )
     });
-    std::fs::set_permissions(setup.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     // A file only the server's user may read, and valid JSON.
     let private = setup.dir.path().join("private.json");
     std::fs::write(&private, r#"{"secret": "only-root-reads-this"}"#).unwrap();
