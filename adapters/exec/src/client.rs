@@ -288,8 +288,6 @@ impl Spool {
             DirBuilder::new()
                 .mode(0o700)
                 .create(staged.join(INPUT_DIR))?;
-            // Only a saving for later polls: a folder that cannot take the mark
-            // is listed on each poll instead.
             if let Some(run_as) = launch.run_as {
                 // Shared with the process's group: it may create its result,
                 // status and requests (setgid: every file takes the group),
@@ -299,6 +297,8 @@ impl Spool {
                     share_with_group(&folder, run_as.gid)?;
                 }
             }
+            // Only a saving for later polls: a folder that cannot take the mark
+            // is listed on each poll instead.
             if let Err(error) = layout::mark_unwritten(&staged.join(INPUT_DIR)) {
                 tracing::debug!(%error, "input folder not marked unwritten");
             }
@@ -668,20 +668,11 @@ impl Spool {
                         .map_err(|e| format!("the result file is not JSON: {e}")),
                 ),
                 Ok(None) => None,
-                Err(e) => Some(Err(
-                    match e.get_ref().and_then(|e| e.downcast_ref::<TooLarge>()) {
-                        Some(big) => format!(
-                        "the result file holds {} bytes, more than the engine's max_result_bytes \
-                         ({}): it was not read",
-                        big.size, big.max
-                    ),
-                        None => format!("the result file cannot be read: {e}"),
-                    },
-                )),
+                Err(e) => Some(Err(result_problem(&e))),
             };
-            // A tail is at most `tail_bytes` and its header; a larger file was
-            // not written by the supervisor, and only its start is read.
-            let limit = (self.settings.tail_bytes + layout::MAX_TAIL_HEADER) as u64;
+            // A tail is at most `tail_bytes` (16 MiB at most) and its header;
+            // of a larger file, which no supervisor wrote, only the start is read.
+            let limit = (crate::config::MAX_TAIL_BYTES + layout::MAX_TAIL_HEADER) as u64;
             let mut body = |name| {
                 folder
                     .text(name, limit)
@@ -896,6 +887,19 @@ pub(crate) fn arg_env(arguments: &Value) -> BTreeMap<String, String> {
         }
     }
     env
+}
+
+/// What a result file that could not be read becomes: its size and the cap
+/// when it is over the cap (it was not read), else the system's word.
+fn result_problem(error: &std::io::Error) -> String {
+    match error.get_ref().and_then(|e| e.downcast_ref::<TooLarge>()) {
+        Some(big) => format!(
+            "the result file holds {} bytes, more than the engine's max_result_bytes ({}): \
+             it was not read",
+            big.size, big.max
+        ),
+        None => format!("the result file cannot be read: {error}"),
+    }
 }
 
 /// Why `dir` must not be used as (part of) the spool: another user owns it, or
