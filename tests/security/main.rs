@@ -29,3 +29,4 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod deploy;
+mod exec_env;

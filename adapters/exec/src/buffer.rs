@@ -4,6 +4,8 @@
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 
+use crate::folder::MAX_RECORD_BYTES;
+
 /// The most a record or a `/proc` stat line is expected to take; a larger file
 /// is still read whole, with more reads.
 const RECORD_BYTES: usize = 2048;
@@ -33,7 +35,8 @@ impl Buffer {
 /// Reads `file` whole into `buffer`. A record is written whole and renamed
 /// into place, and the kernel writes a `/proc` stat line whole, so a read
 /// that returns less than the block has it all: one `read`, and no second
-/// one to see the end. A file that fills the block is read on to its end.
+/// one to see the end. A file that fills the block is read on to its end, up
+/// to [`MAX_RECORD_BYTES`]: a larger one is `InvalidData`, and not read on.
 pub(crate) fn read_whole(mut file: File, buffer: &mut Buffer) -> std::io::Result<&[u8]> {
     let n = loop {
         match file.read(&mut buffer.block) {
@@ -47,6 +50,13 @@ pub(crate) fn read_whole(mut file: File, buffer: &mut Buffer) -> std::io::Result
     }
     buffer.larger.clear();
     buffer.larger.extend_from_slice(&buffer.block);
-    file.read_to_end(&mut buffer.larger)?;
+    file.take(MAX_RECORD_BYTES + 1 - n as u64)
+        .read_to_end(&mut buffer.larger)?;
+    if buffer.larger.len() as u64 > MAX_RECORD_BYTES {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {MAX_RECORD_BYTES} bytes"),
+        ));
+    }
     Ok(&buffer.larger)
 }

@@ -19,8 +19,8 @@ use taskgate_engine::{
     MAX_PAGE_BYTES,
 };
 
-use crate::config::{Settings, ToolTarget};
-use crate::folder::RunFolder;
+use crate::config::{RunAs, Settings, ToolTarget};
+use crate::folder::{RunFolder, TooLarge};
 use crate::layout::{
     self, to_ms, CommandSpec, ExitRecord, Meta, ProcRecord, StatusFile, ARGS, CANCELLED, COMMAND,
     EXIT, INPUT_DIR, META, PID, RESPONSE_SUFFIX, RESULT, STATUS, STDERR_TAIL, STDOUT_TAIL,
@@ -47,6 +47,8 @@ pub(crate) struct Launch<'a> {
     pub run_name: &'a str,
     pub arguments: &'a Value,
     pub keep_alive: Option<Duration>,
+    /// The user the process runs as, when not the server's own.
+    pub run_as: Option<RunAs>,
 }
 
 impl Spool {
@@ -77,14 +79,38 @@ impl Spool {
         self.run_dir(name)
     }
 
-    /// Creates the spool folder (private to this user) if needed.
+    /// Creates the spool folder (private to this user) if needed, and checks
+    /// that it is this user's and not writable by group or others.
     pub(crate) fn ensure_spool(&self) -> Result<(), EngineError> {
         let staging = self.settings.spool_dir.join(STAGING);
         DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&staging)
-            .map_err(|e| map_error(Action::Spool("cannot create the spool folder"), e))
+            .map_err(|e| map_error(Action::Spool("cannot create the spool folder"), e))?;
+        for dir in [&self.settings.spool_dir, &staging] {
+            if let Some(problem) = spool_dir_problem(dir) {
+                return Err(EngineError::PermissionDenied {
+                    action: "use the spool folder".to_owned(),
+                    message: problem,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets other users pass through (not list) the spool folder, so a process
+    /// running as another user reaches its own run folder: mode 0711.
+    fn open_spool_for_run_as(&self) -> Result<(), EngineError> {
+        use std::os::unix::fs::PermissionsExt;
+        let spool = &self.settings.spool_dir;
+        let fail = |e| map_error(Action::Spool("cannot open the spool folder to run_as"), e);
+        let mode = std::fs::metadata(spool).map_err(fail)?.permissions().mode() & 0o7777;
+        if mode & 0o011 != 0o011 {
+            std::fs::set_permissions(spool, std::fs::Permissions::from_mode(mode | 0o011))
+                .map_err(fail)?;
+        }
+        Ok(())
     }
 
     /// Removes the run folders past their retention among at most `limit` of
@@ -161,6 +187,15 @@ impl Spool {
             });
         }
         self.ensure_spool()?;
+        if launch.run_as.is_some() {
+            if let Some(problem) = proc::run_as_problem() {
+                return Err(EngineError::PermissionDenied {
+                    action: "run the tool as another user".to_owned(),
+                    message: problem,
+                });
+            }
+            self.open_spool_for_run_as()?;
+        }
         let swept = self.sweep(SWEEP_AT_START);
         if swept.removed > 0 {
             tracing::debug!(
@@ -182,7 +217,7 @@ impl Spool {
             let staged = self.stage(launch, &dir, &args_hash)?;
             match std::fs::rename(&staged, &dir) {
                 Ok(()) => {
-                    self.launch(&dir)?;
+                    self.launch(&dir, &launch.target.pass_env())?;
                     tracing::info!(
                         run = launch.run_name,
                         tool = launch.tool,
@@ -253,12 +288,22 @@ impl Spool {
             DirBuilder::new()
                 .mode(0o700)
                 .create(staged.join(INPUT_DIR))?;
+            if let Some(run_as) = launch.run_as {
+                // Shared with the process's group: it may create its result,
+                // status and requests (setgid: every file takes the group),
+                // but not remove or replace another's file (sticky), and it
+                // reads only what is made readable by the group.
+                for folder in [staged.clone(), staged.join(INPUT_DIR)] {
+                    share_with_group(&folder, run_as.gid)?;
+                }
+            }
             // Only a saving for later polls: a folder that cannot take the mark
             // is listed on each poll instead.
             if let Err(error) = layout::mark_unwritten(&staged.join(INPUT_DIR)) {
                 tracing::debug!(%error, "input folder not marked unwritten");
             }
-            layout::write_json(&staged, ARGS, launch.arguments)?;
+            let args = serde_json::to_vec(launch.arguments).map_err(std::io::Error::other)?;
+            layout::write_atomic_mode(&staged, ARGS, &args, layout::SHARED)?;
             layout::write_json(&staged, COMMAND, &self.command_spec(launch, dir))?;
             layout::write_json(
                 &staged,
@@ -305,14 +350,27 @@ impl Spool {
             working_dir: target.working_dir.clone(),
             tail_bytes: self.settings.tail_bytes,
             grace_ms: u64::try_from(self.settings.grace_period.as_millis()).unwrap_or(u64::MAX),
+            run_as: launch.run_as,
         }
     }
 
     /// Runs the supervisor's first stage, which returns once the process is
     /// spawned. On failure the folder is removed so a retry starts afresh.
-    fn launch(&self, dir: &Path) -> Result<(), EngineError> {
+    ///
+    /// The supervisor starts from a cleared environment holding only the
+    /// tool's `pass_env` variables: the process's parent, whose
+    /// `/proc/PID/environ` the process can read, holds none of taskgate's
+    /// keys, tokens or credentials.
+    fn launch(&self, dir: &Path, pass_env: &[String]) -> Result<(), EngineError> {
         let argv = &self.settings.supervisor;
-        let outcome = Command::new(&argv[0])
+        let mut command = Command::new(&argv[0]);
+        command.env_clear();
+        for name in pass_env {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let outcome = command
             .args(&argv[1..])
             .arg(dir)
             .stdin(Stdio::null())
@@ -602,14 +660,24 @@ impl Spool {
             ..SpoolView::default()
         };
         if exit.is_some() {
-            view.result = match layout::read_small(&dir.join(RESULT)) {
-                Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
-                Err(e) if e.kind() == ErrorKind::NotFound => None,
-                Err(e) => Some(Err(e.to_string())),
+            // Its size is asked first: a result over the cap is never read.
+            let max = self.settings.max_result_bytes;
+            view.result = match folder.capped(RESULT, max) {
+                Ok(Some(bytes)) => Some(
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| format!("the result file is not JSON: {e}")),
+                ),
+                Ok(None) => None,
+                Err(e) => Some(Err(result_problem(&e))),
             };
-            let body = |name| {
-                let bytes = layout::read_small(&dir.join(name)).unwrap_or_default();
-                layout::tail_body(&bytes).to_vec()
+            // A tail is at most `tail_bytes` (16 MiB at most) and its header;
+            // of a larger file, which no supervisor wrote, only the start is read.
+            let limit = (crate::config::MAX_TAIL_BYTES + layout::MAX_TAIL_HEADER) as u64;
+            let mut body = |name| {
+                folder
+                    .text(name, limit)
+                    .map(|(bytes, _)| layout::tail_body(bytes).to_vec())
+                    .unwrap_or_default()
             };
             view.stdout_tail = body(STDOUT_TAIL);
             view.stderr_tail = body(STDERR_TAIL);
@@ -671,8 +739,8 @@ struct StreamRead {
 fn read_stream(path: &Path, from: u64, max: usize) -> Result<StreamRead, EngineError> {
     use std::io::{Read, Seek, SeekFrom};
     let fail = |e| map_error(Action::Spool("cannot read the run's output"), e);
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
+    let mut file = match layout::open_plain(path) {
+        Ok((file, _)) => file,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             if from > 0 {
                 return Err(beyond());
@@ -821,6 +889,57 @@ pub(crate) fn arg_env(arguments: &Value) -> BTreeMap<String, String> {
     env
 }
 
+/// What a result file that could not be read becomes: its size and the cap
+/// when it is over the cap (it was not read), else the system's word.
+fn result_problem(error: &std::io::Error) -> String {
+    match error.get_ref().and_then(|e| e.downcast_ref::<TooLarge>()) {
+        Some(big) => format!(
+            "the result file holds {} bytes, more than the engine's max_result_bytes ({}): \
+             it was not read",
+            big.size, big.max
+        ),
+        None => format!("the result file cannot be read: {error}"),
+    }
+}
+
+/// Why `dir` must not be used as (part of) the spool: another user owns it, or
+/// group or others may write it (and so plant or replace run records); `None`
+/// when it is fine or does not exist yet.
+pub(crate) fn spool_dir_problem(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).ok()?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() {
+        return Some(format!("{} is not a folder", dir.display()));
+    }
+    if meta.uid() != me {
+        return Some(format!(
+            "{} is owned by uid {}, not by this server's user (uid {me}): another user \
+             could change its runs; give it to this user (chown) or choose another spool_dir",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "{} is writable by group or others (mode {mode:04o}): another user could plant \
+             or replace run records; chmod go-w it (0700 is usual)",
+            dir.display()
+        ));
+    }
+    None
+}
+
+/// Gives the new folder `dir` to group `gid` with mode 3770: the group may
+/// create entries (each taking the folder's group), not remove or rename
+/// others' entries.
+fn share_with_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(dir, None, Some(gid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o3770))
+}
+
 fn signal(pgid: i32, signal: Signal) -> Result<(), EngineError> {
     proc::signal_group(pgid, Some(signal))
         .map(|_| ())
@@ -947,6 +1066,7 @@ mod tests {
             tail_bytes: 1024,
             supervisor: vec!["/bin/false".to_owned()],
             grace_period: Duration::from_secs(1),
+            max_result_bytes: 1024,
         }))
     }
 

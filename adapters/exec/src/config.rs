@@ -15,11 +15,16 @@ pub(crate) const MAX_TAIL_BYTES: usize = 16 * 1024 * 1024;
 /// The default grace period between SIGTERM and SIGKILL on cancel.
 pub(crate) const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
 
+/// The default cap on the size of a run's `result.json` (4 MiB).
+pub(crate) const DEFAULT_MAX_RESULT_BYTES: u64 = 4 * 1024 * 1024;
+/// The largest `max_result_bytes` accepted (256 MiB).
+pub(crate) const MAX_MAX_RESULT_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Variables passed through from taskgate's own environment when a tool does
-/// not say otherwise. Everything else (taskgate's keys, cloud credentials) is
-/// withheld from tool processes.
+/// not say otherwise. Everything else (taskgate's keys, cloud credentials,
+/// `HOME` and the files under it) is withheld from tool processes.
 pub(crate) const DEFAULT_PASS_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PATH", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
 /// `[engines.NAME]` for `kind = "exec"`: tools run as local processes, each
@@ -31,6 +36,7 @@ pub(crate) const DEFAULT_PASS_ENV: &[&str] = &[
 /// spool_dir = "/var/lib/taskgate/spool"   # optional
 /// tail_bytes = 65536                      # optional
 /// grace_period = "5s"                     # optional
+/// max_result_bytes = 4194304              # optional
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,6 +45,9 @@ pub struct EngineSettings {
     /// host that should see the same runs must use the same folder. Absolute.
     /// Default: `$XDG_STATE_HOME/taskgate/spool`, or
     /// `$HOME/.local/state/taskgate/spool` when `XDG_STATE_HOME` is unset.
+    /// It must be owned by the server's user and not writable by group or
+    /// others: `serve` and `check-config` refuse it otherwise. Created (mode
+    /// 0700) on first use when missing.
     #[serde(default)]
     pub spool_dir: Option<PathBuf>,
 
@@ -51,7 +60,9 @@ pub struct EngineSettings {
     /// The command that launches a run's supervisor, the small detached
     /// process that waits for the tool process and records how it ended; the
     /// run folder is appended as its last argument. Default: this taskgate
-    /// binary with `supervise` (`["/path/to/taskgate", "supervise"]`).
+    /// binary with `supervise` (`["/path/to/taskgate", "supervise"]`). It
+    /// starts from a cleared environment holding only the tool's `pass_env`
+    /// variables (the process can read its parent's environment).
     #[serde(default)]
     pub supervisor: Option<Vec<String>>,
 
@@ -59,6 +70,12 @@ pub struct EngineSettings {
     /// process group gets SIGKILL, as a duration such as `"5s"`. Default 5s.
     #[serde(default)]
     pub grace_period: Option<String>,
+
+    /// The largest `result.json` a run may leave, in bytes. A larger one is not
+    /// read: the run completes as a tool error naming this cap. Default
+    /// 4194304 (4 MiB); at most 256 MiB.
+    #[serde(default)]
+    pub max_result_bytes: Option<u64>,
 }
 
 /// The validated engine settings.
@@ -68,6 +85,7 @@ pub(crate) struct Settings {
     pub tail_bytes: usize,
     pub supervisor: Vec<String>,
     pub grace_period: Duration,
+    pub max_result_bytes: u64,
 }
 
 impl EngineSettings {
@@ -126,11 +144,19 @@ impl EngineSettings {
             })?,
             None => DEFAULT_GRACE_PERIOD,
         };
+        let max_result_bytes = self.max_result_bytes.unwrap_or(DEFAULT_MAX_RESULT_BYTES);
+        if max_result_bytes == 0 || max_result_bytes > MAX_MAX_RESULT_BYTES {
+            return Err(ConfigError::new(
+                "max_result_bytes",
+                format!("must be between 1 and {MAX_MAX_RESULT_BYTES}, not {max_result_bytes}"),
+            ));
+        }
         Ok(Settings {
             spool_dir,
             tail_bytes,
             supervisor,
             grace_period,
+            max_result_bytes,
         })
     }
 }
@@ -171,11 +197,65 @@ pub struct ToolTarget {
     pub working_dir: Option<PathBuf>,
 
     /// Names of taskgate's own environment variables passed through to the
-    /// process. Default: `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `LANG`,
-    /// `LC_ALL`, `LC_CTYPE`, `TZ`, `TMPDIR`; nothing else of taskgate's
-    /// environment reaches the process.
+    /// process. Default: `PATH`, `USER`, `LOGNAME`, `SHELL`, `LANG`, `LC_ALL`,
+    /// `LC_CTYPE`, `TZ`, `TMPDIR` (not `HOME`: name it to pass it); nothing
+    /// else of taskgate's environment reaches the process, nor its supervisor.
+    /// Never name a variable holding a secret of taskgate's own.
     #[serde(default)]
     pub pass_env: Option<Vec<String>>,
+
+    /// Runs the process as another user: a user name (its uid and primary
+    /// group, looked up when the configuration is loaded) or `"uid:gid"`.
+    /// Supplementary groups are dropped. Not root (uid 0). Needs the server to
+    /// run as root, or to hold CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_FOWNER
+    /// and CAP_DAC_OVERRIDE as file capabilities (ambient capabilities would
+    /// pass on to the process: a run is refused then). The run folder is then
+    /// shared with that group (sticky, setgid): the process reads its
+    /// arguments and answers and writes its result, status and requests, but
+    /// cannot read or replace taskgate's records, nor see other runs.
+    /// Default: the server's own user.
+    #[serde(default)]
+    pub run_as: Option<String>,
+}
+
+/// The user a tool's process runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub(crate) struct RunAs {
+    /// The user id.
+    pub uid: u32,
+    /// The group id (the only group the process keeps).
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// Parses `"uid:gid"`, or looks up a user name with `lookup` (its uid and
+    /// primary gid); uid 0 is refused.
+    pub(crate) fn parse(
+        text: &str,
+        lookup: impl FnOnce(&str) -> Option<(u32, u32)>,
+    ) -> Result<Self, String> {
+        let pair = if let Some((uid, gid)) = text.split_once(':') {
+            match (uid.parse::<u32>(), gid.parse::<u32>()) {
+                (Ok(uid), Ok(gid)) => (uid, gid),
+                _ => return Err(format!("{text:?} is neither a user name nor \"uid:gid\"")),
+            }
+        } else if text.is_empty() {
+            return Err("must name a user or \"uid:gid\"".to_owned());
+        } else if let Ok(uid) = text.parse::<u32>() {
+            return Err(format!(
+                "a bare number is ambiguous: write \"{uid}:GID\" with the group id"
+            ));
+        } else {
+            lookup(text).ok_or_else(|| format!("no user named {text:?} on this host"))?
+        };
+        if pair.0 == 0 {
+            return Err("running tools as root (uid 0) is no separation".to_owned());
+        }
+        Ok(Self {
+            uid: pair.0,
+            gid: pair.1,
+        })
+    }
 }
 
 impl ToolTarget {
@@ -232,6 +312,10 @@ impl ToolTarget {
                 ));
             }
         }
+        if let Some(run_as) = &self.run_as {
+            RunAs::parse(run_as, |_| Some((u32::MAX, u32::MAX)))
+                .map_err(|e| ConfigError::new("target.run_as", e))?;
+        }
         for (i, name) in self.pass_env.iter().flatten().enumerate() {
             if !valid_env_name(name) {
                 return Err(ConfigError::new(
@@ -241,6 +325,22 @@ impl ToolTarget {
             }
         }
         Ok(())
+    }
+
+    /// The user the process runs as, when `run_as` is set; a user name is
+    /// looked up in the host's user database.
+    pub(crate) fn run_as(&self) -> Result<Option<RunAs>, ConfigError> {
+        let Some(text) = &self.run_as else {
+            return Ok(None);
+        };
+        RunAs::parse(text, |name| {
+            nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+        })
+        .map(Some)
+        .map_err(|e| ConfigError::new("target.run_as", e))
     }
 
     /// The names passed through from taskgate's environment.
@@ -278,6 +378,7 @@ mod tests {
         assert_eq!(s.tail_bytes, 65536);
         assert_eq!(s.supervisor, vec!["/usr/bin/taskgate", "supervise"]);
         assert_eq!(s.grace_period, Duration::from_secs(5));
+        assert_eq!(s.max_result_bytes, 4 * 1024 * 1024);
         let xdg = EngineSettings::default()
             .validate(
                 |name| (name == "XDG_STATE_HOME").then(|| "/state".to_owned()),
@@ -307,6 +408,11 @@ mod tests {
         assert_eq!(key(json!({"tail_bytes": 0})), "tail_bytes");
         assert_eq!(key(json!({"supervisor": []})), "supervisor");
         assert_eq!(key(json!({"grace_period": "soon"})), "grace_period");
+        assert_eq!(key(json!({"max_result_bytes": 0})), "max_result_bytes");
+        assert_eq!(
+            key(json!({"max_result_bytes": 1_u64 << 40})),
+            "max_result_bytes"
+        );
         let none = EngineSettings::default().validate(|_| None, || Some("/x".into()));
         assert_eq!(none.unwrap_err().key, "spool_dir");
     }
@@ -320,6 +426,19 @@ mod tests {
         };
         let t = target(json!({"command": ["/bin/echo", "hi"], "env": {"A": "1"}})).unwrap();
         assert_eq!(t.pass_env()[0], "PATH");
+        assert!(
+            !t.pass_env().iter().any(|n| n == "HOME"),
+            "HOME is not passed by default"
+        );
+        assert_eq!(t.run_as().unwrap(), None);
+        let t = target(json!({"command": ["/x"], "run_as": "65534:65534"})).unwrap();
+        assert_eq!(
+            t.run_as().unwrap(),
+            Some(RunAs {
+                uid: 65534,
+                gid: 65534
+            })
+        );
         let key = |v| target(v).unwrap_err().key;
         assert_eq!(key(json!({"command": []})), "target.command");
         assert_eq!(
@@ -338,5 +457,28 @@ mod tests {
             key(json!({"command": ["/x"], "working_dir": "rel"})),
             "target.working_dir"
         );
+        for bad in ["0:0", "", "65534", "a:b", "1:"] {
+            assert_eq!(
+                key(json!({"command": ["/x"], "run_as": bad})),
+                "target.run_as",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn run_as_names_are_looked_up() {
+        let lookup = |name: &str| (name == "builder").then_some((1500, 1600));
+        assert_eq!(
+            RunAs::parse("builder", lookup),
+            Ok(RunAs {
+                uid: 1500,
+                gid: 1600
+            })
+        );
+        assert!(RunAs::parse("nobody-here", lookup)
+            .unwrap_err()
+            .contains("no user named"));
+        assert!(RunAs::parse("root", |_| Some((0, 0))).is_err());
     }
 }

@@ -94,11 +94,35 @@ impl RunFolder {
         parse_record(bytes).map(|record| Some((record, held)))
     }
 
+    /// The file `name`, read whole when it holds at most `max` bytes;
+    /// `Ok(None)` when it is not there.
+    ///
+    /// # Errors
+    ///
+    /// [`TooLarge`] (as the error's inner value) when it holds more than
+    /// `max` bytes: nothing of it is read. The system's error, or
+    /// `InvalidData` for anything but a regular file with one link.
+    pub(crate) fn capped(&mut self, name: &str, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let Some(file) = open_in(&self.dir, name)? else {
+            return Ok(None);
+        };
+        let size = layout::plain_size(&file)?;
+        if size > max {
+            return Err(std::io::Error::other(TooLarge { size, max }));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(max).read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
     /// The text of the entry `name` (at most `limit` bytes) and its mtime;
     /// `None` when it is not there or cannot be read.
     pub(crate) fn text(&mut self, name: &str, limit: u64) -> Option<(&[u8], Option<SystemTime>)> {
         let file = open_in(&self.dir, name).ok()??;
-        let at = stat::fstat(&file).ok().and_then(|s| mtime(&s));
+        let at = stat::fstat(&file)
+            .ok()
+            .filter(|s| s.st_mode & libc_type_mask() == libc_regular() && s.st_nlink == 1)?;
+        let at = mtime(&at);
         let larger = self.buffer.larger();
         file.take(limit).read_to_end(larger).ok()?;
         Some((larger, at))
@@ -171,6 +195,28 @@ impl RunFolder {
     }
 }
 
+/// The largest record taskgate reads whole (`meta.json`, `pid.json`,
+/// `exit.json`, an input request): its own are a few hundred bytes, and a
+/// larger one (left by a process) is refused without being read.
+pub(crate) const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// A file larger than the cap it is read with.
+#[derive(Debug)]
+pub(crate) struct TooLarge {
+    /// Its size in bytes.
+    pub size: u64,
+    /// The cap.
+    pub max: u64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes, more than the cap of {}", self.size, self.max)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
 /// A record's JSON, its UTF-8 checked once as a whole (`from_slice` would
 /// check each string as it reads it).
 fn parse_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::io::Result<T> {
@@ -184,13 +230,26 @@ fn directory_flags() -> OFlag {
 }
 
 /// Opens the file `name` of the folder `dir`; `Ok(None)` when it is not there
-/// (or the folder went away under us).
+/// (or the folder went away under us). Never through a symbolic link, never
+/// waiting on a FIFO (`O_NOFOLLOW`, `O_NONBLOCK`: a process may have put
+/// either in a record's place). [`RunFolder::capped`] and the status read
+/// also check that it is a regular file with one link; a record is read with
+/// the cap [`MAX_RECORD_BYTES`] and must parse.
 fn open_in(dir: impl AsFd, name: &str) -> std::io::Result<Option<File>> {
-    match fcntl::openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()) {
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+    match fcntl::openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => Ok(Some(File::from(fd))),
         Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+fn libc_type_mask() -> nix::libc::mode_t {
+    nix::libc::S_IFMT
+}
+
+fn libc_regular() -> nix::libc::mode_t {
+    nix::libc::S_IFREG
 }
 
 fn mtime(stat: &FileStat) -> Option<SystemTime> {

@@ -26,7 +26,11 @@
 //! reader that finds 0 knows the folder is empty without listing it.
 //!
 //! Every file is written whole (to a temporary name, then renamed), so a reader
-//! never sees half a record.
+//! never sees half a record. taskgate's records are made mode 0600; only
+//! `args.json` and the answers (`input/<key>.response.json`) are made 0640, for
+//! a process that runs as another user (`run_as`) and shares the run folder's
+//! group. Files the process writes are opened without following symbolic
+//! links, only when they are regular files with one link, and read with a cap.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -120,6 +124,9 @@ pub(crate) struct CommandSpec {
     pub tail_bytes: usize,
     /// How long a cancelled process gets between SIGTERM and SIGKILL, in ms.
     pub grace_ms: u64,
+    /// The user and group the process runs as; `None`: the supervisor's own.
+    #[serde(default)]
+    pub run_as: Option<crate::config::RunAs>,
 }
 
 /// A process identity: a pid is reused by the kernel, the pair is not.
@@ -186,12 +193,39 @@ pub(crate) fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-/// Writes `bytes` to `dir/name` whole: to a temporary file in the same folder,
-/// then renamed over the target.
+/// The mode of taskgate's own records: readable by the server's user alone.
+pub(crate) const PRIVATE: u32 = 0o600;
+/// The mode of what a process running as another user must read (its
+/// arguments, its answers): also readable by the run folder's group.
+pub(crate) const SHARED: u32 = 0o640;
+
+/// Writes `bytes` to `dir/name` whole (mode [`PRIVATE`]): to a temporary file
+/// in the same folder, then renamed over the target.
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(dir, name, bytes, PRIVATE)
+}
+
+/// Creates the new file `path` with `mode`; never opens an existing one (nor
+/// follows a symbolic link someone put in its place).
+fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+}
+
+/// [`write_atomic`] with the file's `mode`.
+pub(crate) fn write_atomic_mode(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> std::io::Result<()> {
     let tmp = temp_name(dir, name);
     let outcome = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
+        let mut file = create_new(&tmp, mode)?;
         file.write_all(bytes)?;
         file.sync_data()?;
         std::fs::rename(&tmp, dir.join(name))
@@ -202,12 +236,13 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Res
     outcome
 }
 
-/// Writes `bytes` to `dir/name` whole, failing with `AlreadyExists` when the
-/// target exists (a hard link of a complete temporary file never replaces).
+/// Writes `bytes` to `dir/name` whole (mode [`SHARED`]: the answers a
+/// process reads), failing with `AlreadyExists` when the target exists (a hard
+/// link of a complete temporary file never replaces).
 pub(crate) fn write_exclusive(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temp_name(dir, name);
     let outcome = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
+        let mut file = create_new(&tmp, SHARED)?;
         file.write_all(bytes)?;
         file.sync_data()?;
         std::fs::hard_link(&tmp, dir.join(name))
@@ -227,6 +262,48 @@ fn temp_name(dir: &Path, name: &str) -> PathBuf {
 pub(crate) fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     write_atomic(dir, name, &bytes)
+}
+
+/// Opens `path` for reading without following a symbolic link and without
+/// blocking on a FIFO, and only if it is a regular file with a single link (a
+/// process running as another user cannot make taskgate read a file it could
+/// not read itself). Returns the file and its size.
+///
+/// # Errors
+///
+/// The system's error; `InvalidData` for anything but a regular file with one
+/// link.
+pub(crate) fn open_plain(path: &Path) -> std::io::Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags())
+        .open(path)?;
+    let size = plain_size(&file)?;
+    Ok((file, size))
+}
+
+/// The flags every read of a run folder's files adds: no symbolic link
+/// followed, no wait on a FIFO.
+pub(crate) fn libc_flags() -> i32 {
+    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits()
+}
+
+/// The size of `file` if it is a regular file with one link.
+///
+/// # Errors
+///
+/// `InvalidData` for anything else.
+pub(crate) fn plain_size(file: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() || meta.nlink() != 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file with a single link",
+        ));
+    }
+    Ok(meta.len())
 }
 
 /// Reads a file whole with the fewest system calls: open, read to the end,
@@ -301,6 +378,30 @@ mod tests {
         }
         let record = tail_record(u64::MAX, b"x");
         assert_eq!(tail_header(&record), (u64::MAX, record.len() - 1));
+    }
+
+    #[test]
+    fn writes_are_private_and_reads_refuse_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |name: &str| {
+            std::fs::metadata(dir.path().join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        write_atomic(dir.path(), "r", b"{}").unwrap();
+        assert_eq!(mode("r"), 0o600);
+        write_exclusive(dir.path(), "a", b"{}").unwrap();
+        assert_eq!(mode("a"), 0o640);
+        assert_eq!(open_plain(&dir.path().join("r")).unwrap().1, 2);
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("s")).unwrap();
+        assert!(open_plain(&dir.path().join("s")).is_err());
+        std::fs::hard_link(dir.path().join("r"), dir.path().join("h")).unwrap();
+        assert!(open_plain(&dir.path().join("h")).is_err());
+        nix::unistd::mkfifo(&dir.path().join("f"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(open_plain(&dir.path().join("f")).is_err());
     }
 
     #[test]

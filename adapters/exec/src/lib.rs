@@ -19,7 +19,10 @@
 //!
 //! The process also gets `TASKGATE_RUN_DIR`, `TASKGATE_RUN_NAME` and
 //! `TASKGATE_TOOL`. Of taskgate's own environment only the `pass_env` names
-//! reach it (by default `PATH`, `HOME`, locale and the like).
+//! reach it (by default `PATH`, the user's name, locale and the like; not
+//! `HOME`), and its supervisor starts from an environment cleared to those
+//! names. With `run_as` it runs as another user, who cannot read the server's
+//! or the supervisor's `/proc/PID/environ` nor taskgate's records.
 //!
 //! Note for service managers: supervisors and tool processes live outside the
 //! server's process tree; under systemd use `KillMode=process` (or a separate
@@ -61,18 +64,24 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 const RECHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Builds an exec engine from its `[engines.NAME]` table (without `kind` and
-/// `call_timeout`). Touches no file: the spool folder is created on first use.
+/// `call_timeout`). Writes no file: the spool folder is created on first use.
+/// An existing spool folder owned by another user, or writable by group or
+/// others, is refused here, so `serve` and `check-config` do not start on it.
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] keyed by the offending setting (`spool_dir`,
-/// `tail_bytes`, `supervisor`, `grace_period`, or an unknown key).
+/// `tail_bytes`, `supervisor`, `grace_period`, `max_result_bytes`, or an
+/// unknown key).
 pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, ConfigError> {
     let settings: EngineSettings = taskgate_engine::from_value(settings)?;
     let settings = settings.validate(
         |name| std::env::var(name).ok(),
         || std::env::current_exe().ok(),
     )?;
+    if let Some(problem) = client::spool_dir_problem(&settings.spool_dir) {
+        return Err(ConfigError::new("spool_dir", problem));
+    }
     Ok(Arc::new(ExecEngine {
         spool: Spool::new(Arc::new(settings)),
     }))
@@ -94,12 +103,14 @@ impl Engine for ExecEngine {
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
         let mut target: ToolTarget = tool.target()?;
         target.validate()?;
+        let run_as = target.run_as()?;
         target.resolve_relative_program();
         Ok(Arc::new(ExecPipeline {
             spool: self.spool.clone(),
             tool: tool.name.clone(),
             target: Arc::new(target),
             keep_alive: tool.keep_alive,
+            run_as,
         }))
     }
 
@@ -158,6 +169,7 @@ pub struct ExecPipeline {
     tool: String,
     target: Arc<ToolTarget>,
     keep_alive: Option<Duration>,
+    run_as: Option<config::RunAs>,
 }
 
 #[async_trait]
@@ -178,6 +190,7 @@ impl Pipeline for ExecPipeline {
         let tool = self.tool.clone();
         let target = Arc::clone(&self.target);
         let keep_alive = request.keep_alive.or(self.keep_alive);
+        let run_as = self.run_as;
         blocking(move || {
             spool.start(&Launch {
                 tool: &tool,
@@ -185,6 +198,7 @@ impl Pipeline for ExecPipeline {
                 run_name: &request.run_name,
                 arguments: &request.arguments,
                 keep_alive,
+                run_as,
             })
         })
         .await
@@ -285,6 +299,7 @@ impl Pipeline for ExecPipeline {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         let target = Arc::clone(&self.target);
+        let run_as = self.run_as;
         blocking(move || {
             let program = std::path::Path::new(&target.command[0]);
             if program.is_absolute() && !is_executable(program) {
@@ -299,7 +314,16 @@ impl Pipeline for ExecPipeline {
                     });
                 }
             }
-            Ok(vec![format!("runs {}", target.command[0])])
+            let Some(run_as) = run_as else {
+                return Ok(vec![format!("runs {}", target.command[0])]);
+            };
+            if let Some(problem) = proc::run_as_problem() {
+                return Err(EngineError::InvalidInput { message: problem });
+            }
+            Ok(vec![format!(
+                "runs {} as uid {} gid {}",
+                target.command[0], run_as.uid, run_as.gid
+            )])
         })
         .await
     }

@@ -119,3 +119,71 @@ mod tests {
         }));
     }
 }
+
+/// The capabilities `run_as` needs: CAP_CHOWN (0), CAP_DAC_OVERRIDE (1),
+/// CAP_FOWNER (3), CAP_SETGID (6), CAP_SETUID (7).
+const RUN_AS_CAPS: [(u32, &str); 5] = [
+    (0, "CAP_CHOWN"),
+    (1, "CAP_DAC_OVERRIDE"),
+    (3, "CAP_FOWNER"),
+    (6, "CAP_SETGID"),
+    (7, "CAP_SETUID"),
+];
+
+/// A capability set of this process from `/proc/self/status` (`CapEff`,
+/// `CapAmb`, …); `None` where the kernel does not say.
+fn capability_set(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_capability_set(&status, field)
+}
+
+fn parse_capability_set(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let hex = line.strip_prefix(field)?.strip_prefix(':')?.trim();
+        u64::from_str_radix(hex, 16).ok()
+    })
+}
+
+/// Why this process cannot run a tool as another user, or `None` when it can:
+/// it must be root or hold the capabilities of [`RUN_AS_CAPS`].
+pub(crate) fn run_as_problem() -> Option<String> {
+    let effective = capability_set("CapEff").unwrap_or(0);
+    let missing: Vec<&str> = RUN_AS_CAPS
+        .iter()
+        .filter(|(bit, _)| effective & (1 << bit) == 0)
+        .map(|(_, name)| *name)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "run_as needs the server to run as root or to hold {} (missing: {})",
+            RUN_AS_CAPS.map(|(_, n)| n).join(", "),
+            missing.join(", ")
+        )
+    })
+}
+
+/// Why a tool must not be started as another user from this process: ambient
+/// capabilities pass on to the tool's program across `exec` (they would let it
+/// become the server's user again). `None` when there are none.
+pub(crate) fn ambient_problem() -> Option<String> {
+    match capability_set("CapAmb") {
+        Some(0) | None => None,
+        Some(set) => Some(format!(
+            "this supervisor holds ambient capabilities ({set:#x}) that would pass to the \
+             process: give taskgate file capabilities instead, or run it as root"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use super::parse_capability_set;
+
+    #[test]
+    fn capability_sets_are_read_from_status() {
+        let status = "Name:\tx\nCapEff:\t00000000000000c0\nCapAmb:\t0000000000000000\n";
+        assert_eq!(parse_capability_set(status, "CapEff"), Some(0xc0));
+        assert_eq!(parse_capability_set(status, "CapAmb"), Some(0));
+        assert_eq!(parse_capability_set(status, "CapBnd"), None);
+    }
+}

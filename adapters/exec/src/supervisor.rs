@@ -141,6 +141,14 @@ fn supervise(dir: &Path) -> Result<(), String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(run_as) = spec.run_as {
+        if let Some(problem) = proc::ambient_problem() {
+            return record_exit(dir, spawn_error(&problem));
+        }
+        // std sets the group, drops the supplementary groups, then the user,
+        // in the child before it runs the program.
+        command.uid(run_as.uid).gid(run_as.gid);
+    }
     for name in &spec.pass_env {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);

@@ -209,9 +209,7 @@ fn output(view: &SpoolView, exit: &ExitRecord) -> ToolOutput {
     let structured = match &view.result {
         Some(Ok(value)) => Some(value),
         Some(Err(problem)) => {
-            return ToolOutput::error(format!(
-                "the process wrote a result file that is not JSON: {problem}"
-            ))
+            return ToolOutput::error(format!("the process's result cannot be used: {problem}"))
         }
         None => None,
     };

@@ -580,7 +580,18 @@ async fn bad_settings_and_targets_name_their_key() {
         .err()
         .unwrap();
     assert_eq!(err.key, "tail_byts");
-    let e = engine(Path::new("/tmp"), json!({})).await;
+    // A spool folder others may write (here /tmp) is refused.
+    let err = taskgate_exec::build(json!({"spool_dir": "/tmp"}))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "spool_dir");
+    assert!(
+        err.message.contains("writable by group or others"),
+        "{err:?}"
+    );
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
     let err = e
         .bind(&ToolDecl {
             input_schema: serde_json::json!({"type": "object"}),

@@ -312,7 +312,10 @@ volumeMounts:
 {{- if .Values.auth.bearer }}
 - {name: taskgate-tokens, mountPath: {{ include "taskgate.tokensDir" . }}, readOnly: true}
 {{- end }}
-- {name: taskgate-spool, mountPath: /var/lib/taskgate/spool}
+{{- /* The emptyDir is group- and world-writable (fsGroup), which the exec engine
+       refuses as its spool: it is mounted one level up, and taskgate creates
+       its spool folder (mode 0700) inside. */}}
+- {name: taskgate-spool, mountPath: /var/lib/taskgate}
 {{- range .Values.secretMounts }}
 - {name: {{ .name }}, mountPath: {{ .mountPath }}, readOnly: true}
 {{- end }}
