@@ -10,7 +10,9 @@
 //! Handles sealed by earlier releases still open, so an upgrade loses no task:
 //! `tg2` (AES-256-GCM-SIV) and `tg1` (XChaCha20-Poly1305, 192-bit nonce), both
 //! under the one key those releases derived from the secret's text with
-//! SHA-256. That key only opens; nothing is sealed under it any more.
+//! SHA-256. That key only opens; nothing is sealed under it any more. Run
+//! names those releases derived are not looked up again: a SEP-1391 token
+//! retried across the upgrade starts a new run.
 //!
 //! The plaintext names the tool, the native run and the times;
 //! the caller's identity is associated data, so a handle presented by another
@@ -95,8 +97,6 @@ struct Key {
     aead_v1: XChaCha20Poly1305,
     /// Names runs (its own HKDF key).
     mac: [u8; 32],
-    /// The run-name key of earlier releases: run names it made are still found.
-    mac_legacy: [u8; 32],
 }
 
 /// The configured keys: the first seals, all open.
@@ -283,7 +283,8 @@ fn hkdf_key(ikm: &[u8], info: &[u8]) -> [u8; 32] {
 }
 
 /// The one key earlier releases derived from a secret's text for both `tg1`
-/// and `tg2`, and their run-name key: kept to open and find what they sealed.
+/// and `tg2` (and, with another label, their run-name key): kept to open
+/// what they sealed.
 fn legacy_key(secret: &str, label: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(b"taskgate key derivation v1\0");
@@ -333,7 +334,6 @@ impl Keyring {
                 aead_v2: std::sync::Arc::new(LessSafeKey::new(unbound_v2)),
                 aead_v1: XChaCha20Poly1305::new((&legacy).into()),
                 mac: hkdf_key(&ikm, INFO_RUN_NAME),
-                mac_legacy: legacy_key(secret, "name"),
             });
         }
         Ok(Self { keys })
@@ -531,18 +531,15 @@ impl Keyring {
 impl Keyring {
     /// The run names every configured key derives for (caller, tool, token), the
     /// sealing key's first: after a rotation a retried token still finds the
-    /// run an older key named. Each key's legacy name follows its current one,
-    /// so a token retried across the upgrade to HKDF-derived keys still finds
-    /// its run.
+    /// run an older key named. (Names derived before the HKDF keys are not
+    /// among them: each would cost every look-up one more engine call.)
     #[must_use]
     pub fn derive_run_names(&self, caller: &str, tool: &str, token: &str) -> Vec<String> {
-        let mut names: Vec<String> = Vec::with_capacity(2 * self.keys.len());
+        let mut names: Vec<String> = Vec::with_capacity(self.keys.len());
         for key in &self.keys {
-            for mac in [&key.mac, &key.mac_legacy] {
-                let name = derive_with(mac, caller, tool, token);
-                if !names.contains(&name) {
-                    names.push(name);
-                }
+            let name = derive_with(&key.mac, caller, tool, token);
+            if !names.contains(&name) {
+                names.push(name);
             }
         }
         names
@@ -841,13 +838,10 @@ mod tests {
         let old = ring(&[("k1", S1)]);
         let rotated = ring(&[("k2", S2), ("k1", S1)]);
         let names = rotated.derive_run_names("alice", "tool", "op-1");
-        // Each key's name, then the name earlier releases derived with it.
-        assert_eq!(names.len(), 4);
+        assert_eq!(names.len(), 2);
         assert_eq!(names[0], rotated.derive_run_name("alice", "tool", "op-1"));
-        assert_eq!(names[2], old.derive_run_name("alice", "tool", "op-1"));
-        let legacy = derive_with(&legacy_key(S1, "name"), "alice", "tool", "op-1");
-        assert_eq!(names[3], legacy);
-        assert_eq!(old.derive_run_names("alice", "tool", "op-1").len(), 2);
+        assert_eq!(names[1], old.derive_run_name("alice", "tool", "op-1"));
+        assert_eq!(old.derive_run_names("alice", "tool", "op-1").len(), 1);
     }
 
     #[test]
