@@ -74,7 +74,7 @@ async fn gateway(dir: &std::path::Path) -> Arc<Gateway> {
         )
     };
     let text = format!(
-        "[keys]\nseal = [{{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }}]\n\n\
+        "[keys]\nseal = [{{ id = \"k\", dev_secret = \"pMB786Hyqn13qKAg6PJpP+906egOk+Zaf0+qlrAiAeU=\" }}]\n\n\
          [engines.local]\nkind = \"exec\"\nspool_dir = \"{}\"\nsupervisor = [\"/bin/false\"]\n\n{}{}{}",
         spool.display(),
         tool("work", "hybrid", "legacy = \"handles\"\n"),
@@ -339,7 +339,8 @@ async fn post(app: &axum::Router, case: &Case, modern_headers: bool) -> (u16, Ve
     use tower::ServiceExt as _;
     let mut req = axum::http::Request::post("/mcp")
         .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
+        .header("accept", "application/json, text/event-stream")
+        .header("host", "127.0.0.1:8808");
     if modern_headers {
         req = req
             .header("mcp-protocol-version", "2026-07-28")

@@ -35,6 +35,23 @@ pub use crate::core::{ConfigFileError, Gateway};
 ///
 /// A [`ConfigFileError`] listing every problem, each naming the file and the key.
 pub async fn load(path: &Path) -> Result<Gateway, ConfigFileError> {
-    let cfg = crate::core::config::load(path)?;
+    load_listening(path, None).await
+}
+
+/// [`load`], with `server.listen` replaced by `listen` when given (`serve
+/// --listen`) before any check, so the checks that depend on the address
+/// (anonymous access, development keys) judge the one served.
+///
+/// # Errors
+///
+/// As [`load`].
+pub async fn load_listening(
+    path: &Path,
+    listen: Option<std::net::SocketAddr>,
+) -> Result<Gateway, ConfigFileError> {
+    let mut cfg = crate::core::config::load(path)?;
+    if let Some(listen) = listen {
+        cfg.server.listen = listen;
+    }
     Gateway::build(cfg, path).await
 }

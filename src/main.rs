@@ -78,6 +78,10 @@ enum Command {
         #[command(subcommand)]
         command: client::TasksCommand,
     },
+    /// Print a fresh sealing secret (the base64 text of 32 random bytes) for
+    /// `[keys]`: `export TASKGATE_SEAL_KEY="$(taskgate keygen)"`, or write it to
+    /// the file a key's `secret_file` names.
+    Keygen,
     /// Internal: the exec engine's detached run supervisor.
     #[command(hide = true)]
     Supervise {
@@ -103,6 +107,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Supervise { args } = &cli.command {
         return taskgate_exec::supervise_main(args);
+    }
+    if let Command::Keygen = &cli.command {
+        println!("{}", taskgate::core::handle::new_secret());
+        return ExitCode::SUCCESS;
     }
     init_logs(cli.log_format);
     // Several TLS crypto backends are compiled in (engines bring their own);
@@ -136,7 +144,8 @@ async fn run(command: Command) -> ExitCode {
             stdio,
             listen,
         } => {
-            let gw = match taskgate::load(&config).await {
+            let checked = if stdio { None } else { listen };
+            let gw = match taskgate::load_listening(&config, checked).await {
                 Ok(gw) => Arc::new(gw),
                 Err(e) => return config_error(&e),
             };
@@ -150,7 +159,7 @@ async fn run(command: Command) -> ExitCode {
             let outcome = if stdio {
                 taskgate::transport::stdio::serve(gw, tokio::io::stdin(), tokio::io::stdout()).await
             } else {
-                let addr = listen.unwrap_or(gw.server.listen);
+                let addr = gw.server.listen;
                 taskgate::transport::http::serve(gw, addr).await
             };
             match outcome {
@@ -249,6 +258,8 @@ async fn run(command: Command) -> ExitCode {
         },
         Command::Call(args) => client::call(args).await,
         Command::Tasks { command } => client::tasks(command).await,
-        Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
+        Command::Supervise { .. } | Command::Keygen => {
+            unreachable!("handled before the runtime starts")
+        }
     }
 }

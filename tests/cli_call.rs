@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const KEY_VAR: &str = "TASKGATE_CLI_TEST_KEY";
-const KEY_SECRET: &str = "cli-test-key-0123456789abcdef-0123456789";
+const KEY_SECRET: &str = "54ybxbwdm1+dC/Jv3BzcesVe9ZNN7U6cxGH/8e8NEgs=";
 const TOKEN_VAR: &str = "TASKGATE_CLI_TEST_TOKEN";
 const TOKEN: &str = "cli-test-token-0123456789";
 
@@ -308,7 +308,7 @@ fn json_run_through_a_pipe_completes_with_the_result_and_no_escape_codes() {
     expect(&out, 0);
     let v = json_out(&out);
     assert_eq!(v["status"], "completed", "{v}");
-    assert!(v["taskId"].as_str().unwrap().starts_with("tg2."), "{v}");
+    assert!(v["taskId"].as_str().unwrap().starts_with("tg3."), "{v}");
     assert_eq!(v["result"]["structuredContent"]["rows"], 42, "{v}");
     assert_eq!(v["result"]["structuredContent"]["label"], "piped", "{v}");
     assert_eq!(v["result"]["isError"], false, "{v}");
@@ -523,7 +523,7 @@ fn tasks_cancel_stops_a_detached_task() {
     let out = run(setup.cli(&["call", "--url", &server.url, "--detach", "sleeper"]));
     expect(&out, 0);
     let handle = text(&out.stdout).trim().to_owned();
-    assert!(handle.starts_with("tg2."), "{handle}");
+    assert!(handle.starts_with("tg3."), "{handle}");
     let pgid = setup.only_run_group();
 
     let out = run(setup.cli(&["tasks", "get", "--url", &server.url, &handle]));
@@ -901,7 +901,7 @@ fn in_a_terminal_ctrl_c_at_a_prompt_can_keep_waiting_or_leave_the_task_running()
         .and_then(|l| l.split_whitespace().last())
         .unwrap_or_else(|| panic!("no handle in {screen}"))
         .to_owned();
-    assert!(handle.starts_with("tg2."), "{screen}");
+    assert!(handle.starts_with("tg3."), "{screen}");
     let out = run(setup.cli(&["tasks", "get", "--url", &server.url, "--json", &handle]));
     expect(&out, 0);
     assert_eq!(json_out(&out)["status"], "input_required");

@@ -18,7 +18,7 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
 }
 
 const KEYS: &str =
-    "[keys]\nseal = [{ id = \"k1\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+    "[keys]\nseal = [{ id = \"k1\", dev_secret = \"vTRHpl+4/0UG9wvp1uo+C+txdKTR6CE3YmN6dm9cBTQ=\" }]\n";
 
 #[test]
 fn three_independent_mistakes_are_all_reported() {

@@ -442,7 +442,7 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
     let as_bob = server.client().with_token(&bob.token);
 
     let handle = as_alice.start_task("sleeper", json!({})).await;
-    assert!(handle.starts_with("tg2.k1."), "{handle}");
+    assert!(handle.starts_with("tg3.k1."), "{handle}");
     let start = as_alice
         .call("brief", json!({ "label": "short", "seconds": 0 }))
         .await;
@@ -470,8 +470,8 @@ async fn forged_altered_foreign_and_expired_handles_read_as_unknown() {
             "Failed to retrieve task: Task not found"
         );
         let payload = handle.rsplit('.').next().unwrap();
-        let forged = format!("tg2.k1.{}", "A".repeat(payload.len()));
-        let other_key = handle.replacen("tg2.k1.", "tg2.k9.", 1);
+        let forged = format!("tg3.k1.{}", "A".repeat(payload.len()));
+        let other_key = handle.replacen("tg3.k1.", "tg3.k9.", 1);
         let truncated = handle[..handle.len() - 4].to_owned();
         let cases: Vec<(&str, Client, String)> = vec![
             ("forged", as_alice.clone(), forged),

@@ -51,7 +51,7 @@ async fn legacy_client(server: &Server) -> Legacy {
 
 fn handle_in(text: &str) -> String {
     let start = text
-        .find("tg2.")
+        .find("tg3.")
         .unwrap_or_else(|| panic!("no handle in {text:?}"));
     text[start..]
         .split(|c: char| c.is_whitespace())

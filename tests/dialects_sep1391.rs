@@ -443,7 +443,7 @@ async fn a_retried_token_finds_its_run_after_a_key_rotation() {
     let text = std::fs::read_to_string(&setup.config).expect("config");
     let rotated = text.replacen(
         "seal = [{",
-        "seal = [{ id = \"k2\", dev_secret = \"a-new-key-for-the-rotation-test-0123456789\" }, {",
+        "seal = [{ id = \"k2\", dev_secret = \"/i++vH8f+X1EreRoMBBHzHpPpHepmOUZjwahkZGq6tQ=\" }, {",
         1,
     );
     assert_ne!(rotated, text);

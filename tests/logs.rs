@@ -224,7 +224,7 @@ async fn every_client_generation_reads_logs() {
         .to_owned();
     let handle = text
         .split_whitespace()
-        .find(|w| w.starts_with("tg2."))
+        .find(|w| w.starts_with("tg3."))
         .unwrap()
         .trim_end_matches('.')
         .to_owned();
@@ -282,7 +282,7 @@ async fn forged_altered_and_foreign_cursors_are_invalid_params() {
 
     for (why, cursor) in [
         ("made up", "o0.e0".to_owned()),
-        ("forged", format!("tg2.k1.{}", "A".repeat(60))),
+        ("forged", format!("tg3.k1.{}", "A".repeat(60))),
         ("altered", altered(&first.cursor)),
         ("another run's", of_other.cursor.clone()),
         ("empty", String::new()),

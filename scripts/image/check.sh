@@ -35,7 +35,8 @@ if [[ "${1:-}" == --inside ]]; then
   mount -o remount,bind,ro "$root/etc/taskgate"
   mount --rbind /dev "$root/dev"
   mount -t proc proc "$root/proc" 2>/dev/null || mount --rbind /proc "$root/proc"
-  # As the image's user, with exactly the image's environment and working folder.
+  # As the image's user, with exactly the image's environment (and the example's
+  # sealing key) and working folder.
   image_cmd=(chroot --userspec="$uid:$gid" --groups="$gid" "$root" /usr/bin/env -i -C "$workdir" "${envs[@]}")
   as_image() { "${image_cmd[@]}" "$@"; }
 
@@ -140,6 +141,9 @@ cleanup() {
 }
 trap cleanup EXIT
 fmt '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | sed '/^$/d' >"$scratch/env"
+# The example config ships no sealing key: it names TASKGATE_SEAL_KEY, given a
+# fresh one here (as an operator's secret would be).
+printf 'TASKGATE_SEAL_KEY=%s\n' "$(head -c 32 /dev/urandom | base64)" >>"$scratch/env"
 fmt '{{range .OCIv1.Config.Entrypoint}}{{println .}}{{end}}' | sed '/^$/d' >"$scratch/entrypoint"
 [[ -s "$scratch/entrypoint" ]] || fail "the image has no entrypoint"
 mkdir -p "$scratch/config/examples"

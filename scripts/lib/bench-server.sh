@@ -22,7 +22,7 @@ cat > "$work/bench.toml" <<TOML
 listen = "127.0.0.1:$tg_port"
 
 [keys]
-seal = [{ id = "bench", dev_secret = "bench-secret-0123456789abcdef-0123456789" }]
+seal = [{ id = "bench", dev_secret = "wVz8RLS81B/TPaYZmQgbcH6AWttroN1dkll5HivLOCA=" }]
 
 [engines.local]
 kind = "exec"

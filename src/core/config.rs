@@ -102,8 +102,21 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address of the Streamable HTTP endpoint (`POST /mcp`). Default `127.0.0.1:8808`:
-    /// loopback only.
+    /// loopback only. A non-loopback address needs authentication (`[auth]`
+    /// bearer tokens or OAuth), or `insecure_anonymous_networks`: without either,
+    /// `serve` and `check-config` refuse the file.
     pub listen: SocketAddr,
+    /// INSECURE. Networks (`ADDRESS/PREFIX`, IPv4 or IPv6; a bare address is
+    /// one host) whose peers are served without authentication when no `[auth]`
+    /// is configured, besides loopback. Anyone who can reach the port from
+    /// them runs every tool that admits `anonymous`. It lifts exactly two
+    /// checks, and only for these networks: `serve`'s refusal to listen on a
+    /// non-loopback address without authentication, and the per-connection
+    /// refusal (403) of anonymous peers whose socket address is not loopback.
+    /// The `Host` and `Origin` checks still apply. Refused with `[auth]`
+    /// configured (it would do nothing there). Default: empty, so anonymous
+    /// HTTP is loopback only; a warning is logged at start when set.
+    pub insecure_anonymous_networks: Vec<String>,
     /// `Origin` values allowed to call (for browser-based clients). A request that
     /// carries any other `Origin` gets 403. Requests without `Origin` are allowed.
     pub allowed_origins: Vec<String>,
@@ -175,6 +188,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8808)),
+            insecure_anonymous_networks: Vec::new(),
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_body_bytes: 1024 * 1024,
@@ -204,19 +218,23 @@ pub struct KeysConfig {
 }
 
 /// One sealing key. Exactly one of `secret_env`, `secret_file` or `dev_secret`.
+/// A secret is the base64 text (standard or URL-safe alphabet, padded or not)
+/// of at least 32 random bytes; `taskgate keygen` prints a fresh one. Text
+/// that decodes to fewer bytes, to printable text, or to bytes with fewer than
+/// 16 distinct values is refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// A short id written in clear into each handle, so the right key opens it
     /// (`[A-Za-z0-9_-]`, at most 16 characters).
     pub id: String,
-    /// Environment variable that holds the secret (at least 32 characters).
+    /// Environment variable that holds the secret.
     pub secret_env: Option<String>,
-    /// File that holds the secret (at least 32 characters; surrounding white space
-    /// is ignored).
+    /// File that holds the secret (surrounding white space is ignored).
     pub secret_file: Option<PathBuf>,
-    /// The secret itself, in clear in the file. For development only: taskgate
-    /// warns loudly at startup when it is used.
+    /// The secret itself, in clear in the file. For development only: refused
+    /// when `server.listen` is not loopback or `[auth]` is configured, and
+    /// taskgate warns loudly at startup when it is used.
     pub dev_secret: Option<String>,
 }
 
@@ -237,11 +255,73 @@ pub struct AuthConfig {
     pub local: LocalCallerConfig,
     /// The access rule of every tool that has no `access` of its own: a list of
     /// alternatives, as a tool's `access`. Default: `[{ callers = ["*"] }]`, every
-    /// caller who got through the front door (a listed static token, a valid access
-    /// token for this resource, or anyone when HTTP is open), which is what taskgate
-    /// did before rules existed. Write `default_access = []` to close every tool
-    /// that does not name its callers.
+    /// caller who got through the front door (a listed static token, or anyone
+    /// HTTP serves anonymously), which is what taskgate did before rules
+    /// existed. With `[auth.oauth]` it has no default and must be written:
+    /// every token any trusted issuer mints for this resource gets through the
+    /// front door, so the file says who of them may use tools without their own
+    /// rule (a scope, say, or `[{ callers = ["*"] }]` for all of them). Write
+    /// `default_access = []` to close every tool that does not name its callers.
     pub default_access: Option<Vec<AccessRule>>,
+}
+
+/// A network of `server.insecure_anonymous_networks`: an address and how many
+/// of its leading bits a peer must share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNetwork {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpNetwork {
+    /// Reads `ADDRESS/PREFIX` or a bare address (one host).
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with `text`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not ADDRESS/PREFIX (192.0.2.0/24, fd00::/8)"))?;
+        let bits = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => bits,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= bits)
+                .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {bits}"))?,
+        };
+        Ok(Self { addr, prefix })
+    }
+
+    /// True when `ip` is in this network (an IPv4-mapped IPv6 address counts as
+    /// its IPv4 address).
+    #[must_use]
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
 /// One static bearer token.
@@ -551,7 +631,7 @@ mod tests {
     }
 
     const MINIMAL: &str =
-        "[keys]\nseal = [{ id = \"k1\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+        "[keys]\nseal = [{ id = \"k1\", dev_secret = \"TiJKLw6A+Cpy7N/hCAOqrZAWAx3BgTT5mDneUT0Cijc=\" }]\n";
 
     #[test]
     fn unknown_key_is_named_with_its_path() {
@@ -570,6 +650,27 @@ mod tests {
         let cfg = load(f.path()).unwrap();
         assert_eq!(cfg.server.listen.to_string(), "127.0.0.1:8808");
         assert!(cfg.tools.is_empty());
+    }
+
+    #[test]
+    fn networks_hold_what_they_name() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let net = IpNetwork::parse("192.0.2.0/24").unwrap();
+        assert!(net.contains(ip("192.0.2.7")));
+        assert!(net.contains(ip("::ffff:192.0.2.7")));
+        assert!(!net.contains(ip("192.0.3.7")));
+        assert!(!net.contains(ip("2001:db8::1")));
+        let host = IpNetwork::parse("192.0.2.9").unwrap();
+        assert!(host.contains(ip("192.0.2.9")) && !host.contains(ip("192.0.2.8")));
+        assert!(IpNetwork::parse("0.0.0.0/0")
+            .unwrap()
+            .contains(ip("203.0.113.1")));
+        assert!(IpNetwork::parse("2001:db8::/32")
+            .unwrap()
+            .contains(ip("2001:db8:1::1")));
+        for bad in ["192.0.2.0/33", "example.com", "::/129", "1.2.3.4/x", ""] {
+            assert!(IpNetwork::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,10 +1,20 @@
 //! Sealed handles: task ids and session ids that carry their own state.
 //!
-//! A handle reads `tg2.<key id>.<base64url(nonce ‖ ciphertext)>`: AES-256-GCM-SIV
+//! A handle reads `tg3.<key id>.<base64url(nonce ‖ ciphertext)>`: AES-256-GCM-SIV
 //! with a random 96-bit nonce (misuse-resistant: even a repeated nonce reveals
-//! no more than that two handles are equal). Handles sealed before it, `tg1`
-//! (XChaCha20-Poly1305 with a 192-bit nonce), still open, with the same key and
-//! associated data. The plaintext names the tool, the native run and the times;
+//! no more than that two handles are equal), under a key derived from the
+//! configured secret with HKDF-SHA256 for that generation alone; the run-name
+//! MAC key is derived apart from it. A secret is the base64 text of at least 32
+//! random bytes (`taskgate keygen` makes one).
+//!
+//! Handles sealed by earlier releases still open, so an upgrade loses no task:
+//! `tg2` (AES-256-GCM-SIV) and `tg1` (XChaCha20-Poly1305, 192-bit nonce), both
+//! under the one key those releases derived from the secret's text with
+//! SHA-256. That key only opens; nothing is sealed under it any more. Run
+//! names those releases derived are not looked up again: a SEP-1391 token
+//! retried across the upgrade starts a new run.
+//!
+//! The plaintext names the tool, the native run and the times;
 //! the caller's identity is associated data, so a handle presented by another
 //! caller does not open. Any failure to open — unknown key, altered bytes,
 //! another caller, expiry — is one and the same answer to the client: not found.
@@ -24,10 +34,20 @@ use hmac::{Hmac, Mac};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The prefix of the handles sealed now.
-const PREFIX: &str = "tg2";
+/// The prefix of the handles sealed now (AES-256-GCM-SIV, HKDF-derived key).
+const PREFIX: &str = "tg3";
+/// The prefix of AES-256-GCM-SIV handles sealed under the legacy key; they still open.
+const PREFIX_V2: &str = "tg2";
 /// The prefix of the handles sealed before AES-GCM-SIV; they still open.
 const PREFIX_V1: &str = "tg1";
+/// The least a sealing secret must carry: 32 bytes (256 bits) once decoded.
+pub const MIN_SECRET_BYTES: usize = 32;
+/// The HKDF salt of every key taskgate derives from a sealing secret.
+const HKDF_SALT: &[u8] = b"taskgate sealing keys";
+/// HKDF `info` of the `tg3` AES-256-GCM-SIV key.
+const INFO_TG3: &[u8] = b"taskgate tg3 aes-256-gcm-siv";
+/// HKDF `info` of the run-name HMAC-SHA256 key.
+const INFO_RUN_NAME: &[u8] = b"taskgate run-name hmac-sha256";
 /// The tag both ciphers append.
 const TAG_LEN: usize = 16;
 /// The nonce of a `tg1` handle.
@@ -69,10 +89,13 @@ impl Purpose {
 #[derive(Clone)]
 struct Key {
     id: String,
-    /// Seals and opens `tg2`.
+    /// Seals and opens `tg3` (its own HKDF key).
     aead: std::sync::Arc<LessSafeKey>,
-    /// Opens `tg1` (and seals it in tests of that).
+    /// Opens `tg2` (the legacy key; seals only in tests of that).
+    aead_v2: std::sync::Arc<LessSafeKey>,
+    /// Opens `tg1` (the same legacy key; seals only in tests of that).
     aead_v1: XChaCha20Poly1305,
+    /// Names runs (its own HKDF key).
     mac: [u8; 32],
 }
 
@@ -194,9 +217,81 @@ pub enum KeyError {
     /// An id is malformed or repeated.
     #[error("key id {0:?} must be 1-16 characters of [A-Za-z0-9_-] and unique")]
     BadId(String),
-    /// A secret is too short.
-    #[error("the secret of key {0:?} must be at least 32 characters")]
-    ShortSecret(String),
+    /// A secret is not the base64 text of at least 32 random bytes.
+    #[error(
+        "the secret of key {0:?} must be the base64 text of at least 32 random bytes \
+         (make one with `taskgate keygen`)"
+    )]
+    WeakSecret(String),
+}
+
+/// The bytes a sealing secret carries: its base64 text (standard or URL-safe
+/// alphabet, padded or not, surrounding white space ignored) decoded. `None`
+/// unless that is at least [`MIN_SECRET_BYTES`] bytes that look random: at
+/// least 16 distinct byte values, and not all printable text (a passphrase
+/// run through base64). Random bytes fail either test with a chance below
+/// 10^-13; a phrase, a repeated pattern or a counter fails them.
+#[must_use]
+pub fn secret_bytes(secret: &str) -> Option<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE};
+    let text = secret.trim();
+    let bytes = [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|engine| engine.decode(text).ok())?;
+    if bytes.len() < MIN_SECRET_BYTES {
+        return None;
+    }
+    let mut seen = [false; 256];
+    for &b in &bytes {
+        seen[usize::from(b)] = true;
+    }
+    let distinct = seen.iter().filter(|&&s| s).count();
+    let all_text = bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\n');
+    (distinct >= 16 && !all_text).then_some(bytes)
+}
+
+/// A fresh sealing secret: the base64 text of 32 random bytes from the
+/// system's generator (what `taskgate keygen` prints).
+#[must_use]
+pub fn new_secret() -> String {
+    let mut bytes = [0u8; MIN_SECRET_BYTES];
+    aws_lc_rs::rand::fill(&mut bytes).expect("the system's random numbers");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// An HKDF output length for [`hkdf_key`].
+struct Len32;
+
+impl aws_lc_rs::hkdf::KeyType for Len32 {
+    fn len(&self) -> usize {
+        32
+    }
+}
+
+/// HKDF-SHA256 (RFC 5869) of `ikm` for `info`: 32 bytes.
+fn hkdf_key(ikm: &[u8], info: &[u8]) -> [u8; 32] {
+    use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
+    let mut out = [0u8; 32];
+    Salt::new(HKDF_SHA256, HKDF_SALT)
+        .extract(ikm)
+        .expand(&[info], Len32)
+        .and_then(|okm| okm.fill(&mut out))
+        .expect("32 bytes are within HKDF-SHA256's output limit");
+    out
+}
+
+/// The one key earlier releases derived from a secret's text for both `tg1`
+/// and `tg2` (and, with another label, their run-name key): kept to open
+/// what they sealed.
+fn legacy_key(secret: &str, label: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"taskgate key derivation v1\0");
+    h.update(label.as_bytes());
+    h.update([0]);
+    h.update(secret.as_bytes());
+    h.finalize().into()
 }
 
 impl Keyring {
@@ -204,7 +299,8 @@ impl Keyring {
     ///
     /// # Errors
     ///
-    /// A [`KeyError`] for an empty list, a bad or repeated id, or a short secret.
+    /// A [`KeyError`] for an empty list, a bad or repeated id, or a secret that
+    /// does not carry 32 random bytes ([`secret_bytes`]).
     pub fn new(pairs: &[(String, String)]) -> Result<Self, KeyError> {
         if pairs.is_empty() {
             return Err(KeyError::Empty);
@@ -220,28 +316,24 @@ impl Keyring {
             if !good_id {
                 return Err(KeyError::BadId(id.clone()));
             }
-            if secret.len() < 32 {
-                return Err(KeyError::ShortSecret(id.clone()));
-            }
-            let derive = |label: &str| -> [u8; 32] {
-                let mut h = Sha256::new();
-                h.update(b"taskgate key derivation v1\0");
-                h.update(label.as_bytes());
-                h.update([0]);
-                h.update(secret.as_bytes());
-                h.finalize().into()
+            let Some(ikm) = secret_bytes(secret) else {
+                return Err(KeyError::WeakSecret(id.clone()));
             };
-            // Both ciphers take the same 256-bit key: the purpose, the key id
-            // and the prefix are in the associated data, and each handle has
-            // its own nonce.
-            let aead_key = derive("seal");
-            let unbound = UnboundKey::new(&AES_256_GCM_SIV, &aead_key)
+            // Each generation and use its own key: HKDF of the secret's bytes
+            // for what is sealed and named now; the legacy digest of its text
+            // (one key for both older ciphers) only to open and find what
+            // earlier releases sealed and named.
+            let unbound = UnboundKey::new(&AES_256_GCM_SIV, &hkdf_key(&ikm, INFO_TG3))
+                .expect("a 256-bit key is what AES-256-GCM-SIV takes");
+            let legacy = legacy_key(secret, "seal");
+            let unbound_v2 = UnboundKey::new(&AES_256_GCM_SIV, &legacy)
                 .expect("a 256-bit key is what AES-256-GCM-SIV takes");
             keys.push(Key {
                 id: id.clone(),
                 aead: std::sync::Arc::new(LessSafeKey::new(unbound)),
-                aead_v1: XChaCha20Poly1305::new((&aead_key).into()),
-                mac: derive("name"),
+                aead_v2: std::sync::Arc::new(LessSafeKey::new(unbound_v2)),
+                aead_v1: XChaCha20Poly1305::new((&legacy).into()),
+                mac: hkdf_key(&ikm, INFO_RUN_NAME),
             });
         }
         Ok(Self { keys })
@@ -252,25 +344,91 @@ impl Keyring {
     #[must_use]
     pub fn seal<T: Serialize>(&self, purpose: Purpose, caller: &str, claims: &T) -> String {
         let key = &self.keys[0];
-        let mut nonce = [0u8; NONCE_LEN];
-        aws_lc_rs::rand::fill(&mut nonce).expect("the system's random numbers");
-        // nonce ‖ plaintext, then sealed in place after the nonce.
-        let mut blob = nonce.to_vec();
-        serde_json::to_writer(&mut blob, claims).expect("claims serialize");
-        let mut sealed = blob.split_off(NONCE_LEN);
-        let aad = associated_data(PREFIX, purpose, &key.id, caller);
-        key.aead
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad),
-                &mut sealed,
-            )
-            .expect("sealing cannot fail for in-memory buffers");
-        blob.extend_from_slice(&sealed);
-        format!("{PREFIX}.{}.{}", key.id, URL_SAFE_NO_PAD.encode(blob))
+        seal_gcm_siv(&key.aead, PREFIX, &key.id, purpose, caller, claims)
     }
 
-    /// Opens a handle sealed for `caller` and `purpose`, `tg2` or `tg1`. `None`
+    /// Seals `claims` as [`Self::seal`] does, to expire `ttl` from now: past
+    /// it, [`Self::open_unexpired`] does not open it. For the sealed values of
+    /// a moment (input-request ids, log cursors), which carry no times of
+    /// their own.
+    #[must_use]
+    pub fn seal_expiring<T: Serialize>(
+        &self,
+        purpose: Purpose,
+        caller: &str,
+        claims: &T,
+        ttl: Duration,
+    ) -> String {
+        let expires_ms = unix_ms(SystemTime::now()).saturating_add(ttl.as_millis() as u64);
+        self.seal(
+            purpose,
+            caller,
+            &Expiring {
+                expires_ms,
+                value: claims,
+            },
+        )
+    }
+
+    /// Opens what [`Self::seal_expiring`] sealed; `None` as [`Self::open`],
+    /// and also once it has expired at `now`.
+    #[must_use]
+    pub fn open_unexpired<T: DeserializeOwned>(
+        &self,
+        purpose: Purpose,
+        caller: &str,
+        handle: &str,
+        now: SystemTime,
+    ) -> Option<T> {
+        let sealed: Expiring<T> = self.open(purpose, caller, handle)?;
+        (unix_ms(now) < sealed.expires_ms).then_some(sealed.value)
+    }
+
+    /// Seals under the legacy key as `tg2`, to test that such handles still open.
+    #[cfg(test)]
+    fn seal_v2<T: Serialize>(&self, purpose: Purpose, caller: &str, claims: &T) -> String {
+        let key = &self.keys[0];
+        seal_gcm_siv(&key.aead_v2, PREFIX_V2, &key.id, purpose, caller, claims)
+    }
+}
+
+/// A sealed value with its expiry (milliseconds since the Unix epoch).
+#[derive(Serialize, Deserialize)]
+struct Expiring<T> {
+    #[serde(rename = "x")]
+    expires_ms: u64,
+    #[serde(rename = "v")]
+    value: T,
+}
+
+/// `PREFIX.<key id>.<base64url(nonce ‖ ciphertext)>` under `aead`.
+fn seal_gcm_siv<T: Serialize>(
+    aead: &LessSafeKey,
+    prefix: &str,
+    key_id: &str,
+    purpose: Purpose,
+    caller: &str,
+    claims: &T,
+) -> String {
+    let mut nonce = [0u8; NONCE_LEN];
+    aws_lc_rs::rand::fill(&mut nonce).expect("the system's random numbers");
+    // nonce ‖ plaintext, then sealed in place after the nonce.
+    let mut blob = nonce.to_vec();
+    serde_json::to_writer(&mut blob, claims).expect("claims serialize");
+    let mut sealed = blob.split_off(NONCE_LEN);
+    let aad = associated_data(prefix, purpose, key_id, caller);
+    aead.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(&aad),
+        &mut sealed,
+    )
+    .expect("sealing cannot fail for in-memory buffers");
+    blob.extend_from_slice(&sealed);
+    format!("{prefix}.{key_id}.{}", URL_SAFE_NO_PAD.encode(blob))
+}
+
+impl Keyring {
+    /// Opens a handle sealed for `caller` and `purpose`, `tg3`, `tg2` or `tg1`. `None`
     /// for anything that does not open: a made-up string, an unknown key id,
     /// altered bytes, another caller or purpose.
     #[must_use]
@@ -300,7 +458,7 @@ impl Keyring {
     ) -> Option<T> {
         let mut parts = handle.splitn(3, '.');
         let prefix = parts.next()?;
-        if prefix != PREFIX && prefix != PREFIX_V1 {
+        if prefix != PREFIX && prefix != PREFIX_V2 && prefix != PREFIX_V1 {
             return None;
         }
         let id = parts.next()?;
@@ -329,10 +487,12 @@ impl Keyring {
         }
         let (nonce, sealed) = blob.split_at_mut(NONCE_LEN);
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
-        let plaintext = key
-            .aead
-            .open_in_place(nonce, Aad::from(&aad), sealed)
-            .ok()?;
+        let aead = if prefix == PREFIX {
+            &key.aead
+        } else {
+            &key.aead_v2
+        };
+        let plaintext = aead.open_in_place(nonce, Aad::from(&aad), sealed).ok()?;
         read(plaintext)
     }
 
@@ -371,7 +531,8 @@ impl Keyring {
 impl Keyring {
     /// The run names every configured key derives for (caller, tool, token), the
     /// sealing key's first: after a rotation a retried token still finds the
-    /// run an older key named.
+    /// run an older key named. (Names derived before the HKDF keys are not
+    /// among them: each would cost every look-up one more engine call.)
     #[must_use]
     pub fn derive_run_names(&self, caller: &str, tool: &str, token: &str) -> Vec<String> {
         let mut names: Vec<String> = Vec::with_capacity(self.keys.len());
@@ -510,8 +671,8 @@ mod tests {
         Keyring::new(&pairs).unwrap()
     }
 
-    const S1: &str = "first-secret-0123456789abcdef-0123";
-    const S2: &str = "second-secret-0123456789abcdef-012";
+    const S1: &str = "8vBdKXub1EpedBSh915DzTCkdbZ4CegNO4LkSLsdBdk=";
+    const S2: &str = "oyZheMkMT/N61eSaSv3CBFq75gWxdzBudobo6l9e6u0=";
 
     fn claims() -> TaskClaims {
         TaskClaims {
@@ -527,7 +688,7 @@ mod tests {
     fn round_trip_and_binding() {
         let k = ring(&[("k1", S1)]);
         let h = k.seal(Purpose::Task, "alice", &claims());
-        assert!(h.starts_with("tg2.k1."));
+        assert!(h.starts_with("tg3.k1."));
         assert!(!h.contains("arn"), "native ids never appear in clear");
         assert_eq!(
             k.open::<TaskClaims>(Purpose::Task, "alice", &h),
@@ -556,18 +717,30 @@ mod tests {
         );
         assert_eq!(k.open::<TaskClaims>(Purpose::Task, "bob", &old), None);
         assert_eq!(k.open::<TaskClaims>(Purpose::Session, "alice", &old), None);
-        // The prefix names the cipher: neither kind opens under the other's.
-        let relabeled = old.replacen("tg1.", "tg2.", 1);
+        // The prefix names the cipher and the key: no kind opens under another's.
+        let v2 = k.seal_v2(Purpose::Task, "alice", &claims());
+        assert!(v2.starts_with("tg2.k1."));
         assert_eq!(
-            k.open::<TaskClaims>(Purpose::Task, "alice", &relabeled),
-            None
+            k.open::<TaskClaims>(Purpose::Task, "alice", &v2),
+            Some(claims())
         );
+        assert_eq!(k.open::<TaskClaims>(Purpose::Task, "bob", &v2), None);
         let new = k.seal(Purpose::Task, "alice", &claims());
-        let relabeled = new.replacen("tg2.", "tg1.", 1);
-        assert_eq!(
-            k.open::<TaskClaims>(Purpose::Task, "alice", &relabeled),
-            None
-        );
+        for (handle, from, to) in [
+            (&old, "tg1.", "tg2."),
+            (&old, "tg1.", "tg3."),
+            (&v2, "tg2.", "tg1."),
+            (&v2, "tg2.", "tg3."),
+            (&new, "tg3.", "tg2."),
+            (&new, "tg3.", "tg1."),
+        ] {
+            let relabeled = handle.replacen(from, to, 1);
+            assert_eq!(
+                k.open::<TaskClaims>(Purpose::Task, "alice", &relabeled),
+                None,
+                "{from} relabeled {to}"
+            );
+        }
         // Each seal draws its own nonce.
         assert_ne!(new, k.seal(Purpose::Task, "alice", &claims()));
     }
@@ -633,7 +806,7 @@ mod tests {
         );
         assert!(rotated
             .seal(Purpose::Task, "a", &claims())
-            .starts_with("tg2.k2."));
+            .starts_with("tg3.k2."));
     }
 
     #[test]
@@ -678,10 +851,109 @@ mod tests {
             Keyring::new(&[("k 1".into(), S1.into())]).unwrap_err(),
             KeyError::BadId(_)
         ));
-        assert!(matches!(
-            Keyring::new(&[("k1".into(), "short".into())]).unwrap_err(),
-            KeyError::ShortSecret(_)
-        ));
+        for weak in [
+            "short",
+            // Long text, but not base64 of 32 bytes.
+            "development-only-key-do-not-use-in-production",
+            "0123456789abcdef0123456789abcdef",
+            // Base64, too short: 31 bytes.
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHg==",
+            // Base64 of 32 bytes, too few distinct values.
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            "AQIDBAECAwQBAgMEAQIDBAECAwQBAgMEAQIDBAECAwQ=",
+            // Base64 of a passphrase (printable text).
+            "Y29ycmVjdCBob3JzZSBiYXR0ZXJ5IHN0YXBsZSBhbmQgbW9yZSB3b3Jkcw==",
+        ] {
+            assert!(
+                matches!(
+                    Keyring::new(&[("k1".into(), weak.into())]).unwrap_err(),
+                    KeyError::WeakSecret(_)
+                ),
+                "{weak}"
+            );
+        }
+        // Either alphabet, padded or not, white space around ignored.
+        for fine in [
+            S1,
+            S1.trim_end_matches('='),
+            "  p/4MQhhD8Y1TpeyGop6V5LEm77uhg8lXNetP3B7VAMs=\n",
+        ] {
+            assert!(
+                Keyring::new(&[("k1".into(), fine.into())]).is_ok(),
+                "{fine}"
+            );
+        }
+        let url = S2.replace('/', "_");
+        assert!(Keyring::new(&[("k1".into(), url)]).is_ok());
+        // What keygen makes is accepted, and fresh each time.
+        let made = new_secret();
+        assert_eq!(secret_bytes(&made).map(|b| b.len()), Some(32));
+        assert_ne!(made, new_secret());
+    }
+
+    #[test]
+    fn each_generation_and_use_has_its_own_key() {
+        let ikm = secret_bytes(S1).unwrap();
+        let keys = [
+            hkdf_key(&ikm, INFO_TG3),
+            hkdf_key(&ikm, INFO_RUN_NAME),
+            legacy_key(S1, "seal"),
+            legacy_key(S1, "name"),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // RFC 5869 test case 3 (no salt, no info) pins the HKDF in use.
+        let okm = {
+            use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
+            let mut out = [0u8; 42];
+            struct Len42;
+            impl aws_lc_rs::hkdf::KeyType for Len42 {
+                fn len(&self) -> usize {
+                    42
+                }
+            }
+            Salt::new(HKDF_SHA256, &[])
+                .extract(&[0x0b; 22])
+                .expand(&[], Len42)
+                .unwrap()
+                .fill(&mut out)
+                .unwrap();
+            hex::encode(out)
+        };
+        assert_eq!(
+            okm,
+            "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8"
+        );
+    }
+
+    #[test]
+    fn expiring_values_do_not_open_once_expired() {
+        let k = ring(&[("k1", S1)]);
+        let sealed = k.seal_expiring(Purpose::Input, "alice", &claims(), Duration::from_secs(60));
+        let now = SystemTime::now();
+        assert_eq!(
+            k.open_unexpired::<TaskClaims>(Purpose::Input, "alice", &sealed, now),
+            Some(claims())
+        );
+        let later = now + Duration::from_secs(61);
+        assert_eq!(
+            k.open_unexpired::<TaskClaims>(Purpose::Input, "alice", &sealed, later),
+            None,
+            "expired"
+        );
+        assert_eq!(
+            k.open_unexpired::<TaskClaims>(Purpose::Input, "bob", &sealed, now),
+            None
+        );
+        // A value sealed without an expiry does not open as an expiring one.
+        let plain = k.seal(Purpose::Input, "alice", &claims());
+        assert_eq!(
+            k.open_unexpired::<TaskClaims>(Purpose::Input, "alice", &plain, now),
+            None
+        );
     }
 
     /// The claims reader without a parser reads every plaintext exactly as

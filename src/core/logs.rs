@@ -24,7 +24,9 @@ pub struct LogsRead {
 }
 
 /// What a sealed log cursor holds: which run it belongs to (a digest, not the
-/// native reference) and the engine's own cursor.
+/// native reference) and the engine's own cursor. It is sealed to expire the
+/// tool's `keep_alive` after it was issued; an expired one is refused as any
+/// other bad cursor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct CursorClaims {
     #[serde(rename = "r")]
@@ -102,7 +104,7 @@ impl Gateway {
             Some(sealed) => {
                 let claims: CursorClaims = self
                     .keys
-                    .open(Purpose::LogCursor, caller, sealed)
+                    .open_unexpired(Purpose::LogCursor, caller, sealed, SystemTime::now())
                     .filter(|c: &CursorClaims| c.run == digest)
                     .ok_or_else(bad_cursor)?;
                 Some(claims.engine)
@@ -129,13 +131,15 @@ impl Gateway {
                 "the engine made a log cursor longer than taskgate accepts",
             )));
         }
-        let sealed = self.keys.seal(
+        // A cursor expires as the tool's tasks do, counted from this page.
+        let sealed = self.keys.seal_expiring(
             Purpose::LogCursor,
             caller,
             &CursorClaims {
                 run: digest,
                 engine: page.cursor,
             },
+            tool.config.keep_alive,
         );
         Ok(LogsRead {
             lines: page.lines,

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::access::Caller;
-use super::config::{AccessRule, ConfigProblem, FileConfig, OAuthConfig, ToolConfig};
+use super::config::{AccessRule, ConfigProblem, FileConfig, IpNetwork, OAuthConfig, ToolConfig};
 use super::handle::Keyring;
 
 /// What the checks produced for building the gateway.
@@ -59,10 +59,63 @@ fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigP
     }
 }
 
+/// True when `cfg` authenticates HTTP callers (static tokens or OAuth).
+fn authenticated(cfg: &FileConfig) -> bool {
+    !cfg.auth.bearer.is_empty() || cfg.auth.oauth.is_some()
+}
+
+/// True when `listen` is a loopback address (`127.0.0.0/8`, `::1`).
+fn loopback(listen: &std::net::SocketAddr) -> bool {
+    listen.ip().to_canonical().is_loopback()
+}
+
+/// The front door: anonymous HTTP is for loopback, unless the operator names
+/// the networks to serve anonymously (`server.insecure_anonymous_networks`).
+fn check_front_door(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) {
+    let networks = &cfg.server.insecure_anonymous_networks;
+    for (i, net) in networks.iter().enumerate() {
+        if let Err(m) = IpNetwork::parse(net) {
+            problems.push(ConfigProblem::new(
+                format!("server.insecure_anonymous_networks[{i}]"),
+                m,
+            ));
+        }
+    }
+    if authenticated(cfg) {
+        if !networks.is_empty() {
+            problems.push(ConfigProblem::new(
+                "server.insecure_anonymous_networks",
+                "applies only without [auth] (with it every HTTP caller authenticates); remove it",
+            ));
+        }
+        return;
+    }
+    let listen = cfg.server.listen;
+    if !loopback(&listen) && networks.is_empty() {
+        problems.push(ConfigProblem::new(
+            "server.listen",
+            format!(
+                "{listen} is not a loopback address and no [auth] is configured: every host that \
+                 reaches the port would run tools as `anonymous`. Configure [auth] (bearer tokens \
+                 or OAuth), listen on 127.0.0.1, or (INSECURE) list the networks to serve without \
+                 authentication in server.insecure_anonymous_networks"
+            ),
+        ));
+    }
+    if !networks.is_empty() {
+        tracing::warn!(
+            networks = ?networks,
+            "INSECURE: server.insecure_anonymous_networks is set: every host in these networks \
+             that reaches {listen} runs tools as `anonymous`, without authentication"
+        );
+    }
+}
+
 /// Runs every check of `cfg`, appending what is wrong to `problems`.
 pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Checked {
     let keys = check_keys(cfg, problems);
     check_bounds(&cfg.server, problems);
+    check_front_door(cfg, problems);
     let mut bearer = Vec::new();
     for (i, b) in cfg.auth.bearer.iter().enumerate() {
         if b.caller.is_empty() || b.caller.contains('#') {
@@ -95,12 +148,15 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
         .oauth
         .as_ref()
         .and_then(|o| check_oauth(o, problems));
-    let open_tools = cfg.tools.iter().any(|t| t.access.is_none());
-    if oauth.is_some() && cfg.auth.default_access.is_none() && open_tools {
-        tracing::warn!(
-            "auth.oauth is set and auth.default_access is not: tools without `access` are open to \
-             every valid token for this resource; set auth.default_access (a scope, say) to narrow them"
-        );
+    if cfg.auth.oauth.is_some() && cfg.auth.default_access.is_none() {
+        problems.push(ConfigProblem::new(
+            "auth.default_access",
+            "must be set with [auth.oauth]: every token a trusted issuer mints for this resource \
+             gets through the front door, so say who of them may use tools without their own \
+             `access`: default_access = [{ scopes = [\"taskgate:call\"] }] (a scope), \
+             default_access = [] (no one: every tool names its callers), or \
+             default_access = [{ callers = [\"*\"] }] (every valid token)",
+        ));
     }
     let mut names = BTreeSet::new();
     let validators = cfg
@@ -266,11 +322,25 @@ fn check_keys(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Option<Key
             Ok(secret) => pairs.push((key.id.clone(), secret)),
             Err(m) => {
                 complete = false;
-                problems.push(ConfigProblem::new(format!("keys.seal[{i}]"), m));
+                let hint = match &key.secret_env {
+                    Some(var) => format!(
+                        " (make a secret with `taskgate keygen`: export {var}=\"$(taskgate keygen)\")"
+                    ),
+                    None => " (make a secret with `taskgate keygen`)".to_owned(),
+                };
+                problems.push(ConfigProblem::new(format!("keys.seal[{i}]"), m + &hint));
                 continue;
             }
         }
-        if key.dev_secret.is_some() {
+        if key.dev_secret.is_some() && (authenticated(cfg) || !loopback(&cfg.server.listen)) {
+            problems.push(ConfigProblem::new(
+                format!("keys.seal[{i}].dev_secret"),
+                "a key written in the config file is for development on loopback only: it is \
+                 refused with [auth] configured or a non-loopback server.listen. Use secret_env \
+                 or secret_file with a secret from `taskgate keygen`",
+            ));
+            complete = false;
+        } else if key.dev_secret.is_some() {
             tracing::warn!(
                 key = %key.id,
                 "keys.seal[{i}] uses dev_secret: a development key written in the config file. \
@@ -385,10 +455,23 @@ fn secret_from(
 mod tests {
     use super::*;
 
+    const SECRET: &str = "TiJKLw6A+Cpy7N/hCAOqrZAWAx3BgTT5mDneUT0Cijc=";
+
+    /// The problems of a config of `extra` whose key is a dev_secret.
     fn problems_of(extra: &str) -> Vec<String> {
-        let text = format!(
-            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }}]\n{extra}"
-        );
+        problems_with(&format!("dev_secret = \"{SECRET}\""), extra)
+    }
+
+    /// The problems of a config of `extra` whose key reads its secret from a file.
+    fn problems_with_file(extra: &str) -> Vec<String> {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), SECRET).unwrap();
+        let path = file.path().display().to_string();
+        problems_with(&format!("secret_file = {path:?}"), extra)
+    }
+
+    fn problems_with(secret: &str, extra: &str) -> Vec<String> {
+        let text = format!("[keys]\nseal = [{{ id = \"k\", {secret} }}]\n{extra}");
         let cfg: FileConfig = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Toml))
             .build()
@@ -408,6 +491,30 @@ mod tests {
         let table: Vec<(&str, &str)> = vec![
             ("[auth]\ndefault_access = [{}]\n", "auth.default_access[0]: give at least one"),
             ("[auth]\ndefault_access = [{ callers = [\"\"] }]\n", "auth.default_access[0]: empty names"),
+            (
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+                "auth.default_access: must be set with [auth.oauth]",
+            ),
+            (
+                "[server]\nlisten = \"0.0.0.0:8808\"\n",
+                "server.listen: 0.0.0.0:8808 is not a loopback address and no [auth]",
+            ),
+            (
+                "[server]\nlisten = \"[::]:8808\"\ninsecure_anonymous_networks = [\"192.0.2.0/33\"]\n",
+                "server.insecure_anonymous_networks[0]: \"192.0.2.0/33\": the prefix",
+            ),
+            (
+                "[server]\ninsecure_anonymous_networks = [\"192.0.2.0/24\"]\n[auth]\nbearer = [{ caller = \"c\", token_env = \"PATH\" }]\n",
+                "server.insecure_anonymous_networks: applies only without [auth]",
+            ),
+            (
+                "[auth]\nbearer = [{ caller = \"c\", token_env = \"PATH\" }]\n",
+                "keys.seal[0].dev_secret: a key written in the config file",
+            ),
+            (
+                "[server]\nlisten = \"192.0.2.1:8808\"\ninsecure_anonymous_networks = [\"192.0.2.0/24\"]\n",
+                "keys.seal[0].dev_secret: a key written in the config file",
+            ),
             (
                 "[auth.oauth]\nresource = \"/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
                 "auth.oauth.resource: \"/mcp\" must be an absolute",
@@ -441,9 +548,26 @@ mod tests {
                 "{extra}: want {want:?}, got {got:?}"
             );
         }
-        let fine = problems_of(
-            "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+        for fine in [
+            "[server]\nlisten = \"[::1]:8808\"\n",
+            "[server]\nlisten = \"127.0.0.2:8808\"\n",
+        ] {
+            let got = problems_of(fine);
+            assert!(got.is_empty(), "{fine}: {got:?}");
+        }
+        for fine in [
+            "[auth]\ndefault_access = []\n[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [{ issuer = \"https://idp.test/\" }]\n",
+            "[server]\nlisten = \"0.0.0.0:8808\"\n[auth]\nbearer = [{ caller = \"c\", token_env = \"PATH\" }]\n",
+            "[server]\nlisten = \"0.0.0.0:8808\"\ninsecure_anonymous_networks = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n",
+        ] {
+            let got = problems_with_file(fine);
+            assert!(got.is_empty(), "{fine}: {got:?}");
+        }
+        let weak = problems_with("dev_secret = \"0123456789abcdef0123456789abcdef\"", "");
+        assert!(
+            weak.iter()
+                .any(|p| p.contains("base64 text of at least 32 random bytes")),
+            "{weak:?}"
         );
-        assert!(fine.is_empty(), "{fine:?}");
     }
 }

@@ -55,9 +55,11 @@ pub fn ask(
             native: native.to_owned(),
             key: key.clone(),
         };
+        // The id expires as the tool's tasks do, counted from this request.
         let id = format!(
             "{ID_PREFIX}{}",
-            gw.keys.seal(Purpose::Input, caller, &claims)
+            gw.keys
+                .seal_expiring(Purpose::Input, caller, &claims, tool.config.keep_alive)
         );
         let mut params = Map::new();
         if version >= Version::V2025_11_25 {
@@ -75,7 +77,8 @@ pub fn ask(
 }
 
 /// Forwards a client's answer to one of taskgate's input requests. Answers to
-/// ids taskgate did not seal (for this caller) are dropped.
+/// ids taskgate did not seal (for this caller), or whose id has expired (the
+/// tool's `keep_alive` after the request was sent), are dropped.
 ///
 /// An answer is a JSON-RPC response, which gets no reply: a retryable engine
 /// error (throttled, unavailable, past its deadline) cannot reach the client,
@@ -100,7 +103,13 @@ pub async fn route_response(
     let Some(sealed) = id.as_str().and_then(|s| s.strip_prefix(ID_PREFIX)) else {
         return Ok(false);
     };
-    let Some(claims) = gw.keys.open::<InputClaims>(Purpose::Input, caller, sealed) else {
+    let opened = gw.keys.open_unexpired::<InputClaims>(
+        Purpose::Input,
+        caller,
+        sealed,
+        std::time::SystemTime::now(),
+    );
+    let Some(claims) = opened else {
         tracing::debug!("dropped an answer to an unknown input request");
         return Ok(false);
     };

@@ -17,6 +17,7 @@ use axum::Router;
 use serde_json::Value;
 
 use super::lanes::{lane_count, tick_within, Lanes};
+use crate::core::config::IpNetwork;
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -99,6 +100,15 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 ///
 /// When the address cannot be bound, or the serving threads cannot be started.
 pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> {
+    let front = Front::new(gw.clone());
+    // The configuration was checked for its own `server.listen`; this holds
+    // the rule for whatever address the caller of this function chose.
+    if front.anonymous && !listen.ip().to_canonical().is_loopback() && front.networks.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "refusing to serve anonymous HTTP on {listen}, which is not loopback: configure [auth], \
+             or (INSECURE) server.insecure_anonymous_networks"
+        )));
+    }
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
     let _metrics_port = super::metrics_port::start(&gw).await?;
@@ -113,15 +123,15 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
         gw.server.call_timeout,
     ];
     let mut lanes = Lanes::start(lane_count(gw.server.workers), tick_within(&deadlines))?;
-    let front = Front::new(gw);
+    drop(gw);
     let mut connections = tokio::task::JoinSet::new();
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: the listener stays; try again shortly.
                         tracing::warn!(error = %e, "cannot accept a connection");
@@ -139,7 +149,10 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                     }
                 };
                 let builder = builder.clone();
-                let front = front.clone();
+                // Anonymous callers are served only from loopback (or the
+                // networks the operator listed): decided here, once per
+                // connection, from the socket's peer address.
+                let front = front.for_peer(peer);
                 let mut stopping = stop_rx.clone();
                 connections.spawn_on(async move {
                     let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -324,18 +337,57 @@ struct Front {
     gw: Arc<Gateway>,
     oauth: Option<Arc<Authenticator>>,
     router: hyper_util::service::TowerToHyperService<Router>,
+    /// No authentication is configured: every HTTP caller is `anonymous`.
+    anonymous: bool,
+    /// `server.insecure_anonymous_networks`: peers served anonymously besides loopback.
+    networks: Arc<[IpNetwork]>,
+    /// This connection's peer may not be served anonymously: every request
+    /// on it is refused (403).
+    refuse_peer: bool,
 }
 
 impl Front {
     fn new(gw: Arc<Gateway>) -> Self {
         let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
         let router = router_with(gw.clone(), oauth.clone());
+        let anonymous = gw.bearer.is_empty() && oauth.is_none();
+        // Checked when the configuration was loaded.
+        let networks = gw
+            .server
+            .insecure_anonymous_networks
+            .iter()
+            .filter_map(|n| IpNetwork::parse(n).ok())
+            .collect();
         Self {
             gw,
             oauth,
             router: hyper_util::service::TowerToHyperService::new(router),
+            anonymous,
+            networks,
+            refuse_peer: false,
         }
     }
+
+    /// The service of one connection from `peer`.
+    fn for_peer(&self, peer: SocketAddr) -> Self {
+        let mut front = self.clone();
+        front.refuse_peer = !anonymous_peer_allowed(self.anonymous, &self.networks, peer);
+        if front.refuse_peer {
+            tracing::warn!(
+                peer = %peer.ip(),
+                "refused a connection: without [auth], only loopback peers are served"
+            );
+        }
+        front
+    }
+}
+
+/// Whether a connection from `peer` may be served: always with authentication
+/// (each request then proves who it is); without it, only from loopback or
+/// one of `networks`.
+fn anonymous_peer_allowed(anonymous: bool, networks: &[IpNetwork], peer: SocketAddr) -> bool {
+    let ip = peer.ip().to_canonical();
+    !anonymous || ip.is_loopback() || networks.iter().any(|n| n.contains(ip))
 }
 
 impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
@@ -344,6 +396,12 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
     type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
 
     fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if self.refuse_peer {
+            let refusal = refused(&RpcError::Forbidden(
+                "anonymous access is served to loopback peers only; this server has no [auth]",
+            ));
+            return Box::pin(async move { Ok(refusal) });
+        }
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
             Box::pin(
@@ -373,10 +431,15 @@ async fn serve_mcp(
     // `HeaderMap` copies every header of every request.
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
-    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-        if !host_allowed(&gw, host) {
-            return forbidden("Host not allowed");
-        }
+    // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
+    // one with a wrong Host: the check guards against DNS rebinding only if
+    // it cannot be skipped.
+    let host_ok = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|host| host_allowed(&gw, host));
+    if !host_ok {
+        return forbidden("Host not allowed");
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
@@ -635,7 +698,9 @@ mod tests {
 
     async fn post(app: Router, headers: &[(&str, &str)], body: &str) -> (u16, String) {
         use tower::ServiceExt as _;
-        let mut req = axum::http::Request::post("/mcp").header("content-type", "application/json");
+        let mut req = axum::http::Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("host", "127.0.0.1:8808");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -655,7 +720,7 @@ mod tests {
         let path = dir.path().join("t.toml");
         std::fs::write(
             &path,
-            "[keys]\nseal = [{ id = \"k\", dev_secret = \"0123456789abcdef0123456789abcdef\" }]\n",
+            "[keys]\nseal = [{ id = \"k\", dev_secret = \"p/4MQhhD8Y1TpeyGop6V5LEm77uhg8lXNetP3B7VAMs=\" }]\n",
         )
         .unwrap();
         let gw = crate::load(&path).await.unwrap();
@@ -686,6 +751,58 @@ mod tests {
         assert!(body.contains("-32600"));
         let (status, _) = post(app().await, &[], "[]").await;
         assert_eq!(status, 400);
+    }
+
+    #[test]
+    fn anonymous_peers_are_loopback_or_listed() {
+        let peer = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let listed = [IpNetwork::parse("192.0.2.0/28").unwrap()];
+        for p in [
+            "127.0.0.1:5",
+            "127.3.4.5:5",
+            "[::1]:5",
+            "[::ffff:127.0.0.1]:5",
+        ] {
+            assert!(anonymous_peer_allowed(true, &[], peer(p)), "{p}");
+        }
+        for p in [
+            "192.0.2.2:5",
+            "10.0.0.1:5",
+            "[2001:db8::1]:5",
+            "[::ffff:192.0.2.2]:5",
+        ] {
+            assert!(!anonymous_peer_allowed(true, &[], peer(p)), "{p}");
+            // With authentication every peer is served (and must authenticate).
+            assert!(anonymous_peer_allowed(false, &[], peer(p)), "{p}");
+        }
+        assert!(anonymous_peer_allowed(true, &listed, peer("192.0.2.2:5")));
+        assert!(anonymous_peer_allowed(
+            true,
+            &listed,
+            peer("[::ffff:192.0.2.2]:5")
+        ));
+        assert!(!anonymous_peer_allowed(true, &listed, peer("192.0.2.20:5")));
+    }
+
+    #[tokio::test]
+    async fn a_request_without_host_is_refused_as_a_wrong_one() {
+        use tower::ServiceExt as _;
+        let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        for host in [None, Some("evil.example")] {
+            let mut req =
+                axum::http::Request::post("/mcp").header("content-type", "application/json");
+            if let Some(h) = host {
+                req = req.header("host", h);
+            }
+            let resp = app()
+                .await
+                .oneshot(req.body(axum::body::Body::from(ping)).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 403, "{host:?}");
+        }
+        let (status, body) = post(app().await, &[], ping).await;
+        assert_eq!(status, 200, "{body}");
     }
 
     #[test]

@@ -42,8 +42,9 @@ pub use setup::{
 
 /// The environment variable the test configs name as their sealing key.
 pub const KEY_VAR: &str = "TASKGATE_TEST_KEY_K1";
-/// Its value (set on the server child only, never in the test process).
-pub const KEY_SECRET: &str = "integration-test-key-0123456789abcdef-xyz";
+/// Its value (set on the server child only, never in the test process): the
+/// base64 text of 32 random bytes, as `taskgate keygen` prints.
+pub const KEY_SECRET: &str = "Y5rcJ1P+CkxVbkLsLp16HbL7CjoCSs39qwx5BTxDZlo=";
 /// The 2026-07-28 protocol version.
 pub const MODERN: &str = "2026-07-28";
 /// The tasks extension id.

@@ -30,3 +30,4 @@
 mod common;
 mod deploy;
 mod exec_env;
+mod front_door;

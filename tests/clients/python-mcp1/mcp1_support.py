@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 BIN = (REPO / os.environ.get("TASKGATE_BIN", "target/debug/taskgate")).resolve()
 TOOLS = REPO / "tests" / "tools"
 KEY_VAR = "TASKGATE_PY1_TEST_KEY"
-KEY = "python-mcp1-test-key-0123456789abcdef-0123456789"
+KEY = "oyZheMkMT/N61eSaSv3CBFq75gWxdzBudobo6l9e6u0="
 LIMIT = 30.0
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 

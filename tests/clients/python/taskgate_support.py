@@ -34,7 +34,7 @@ from pydantic import TypeAdapter
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "tests" / "tools"
 KEY_VAR = "TASKGATE_TEST_KEY_K1"
-KEY_SECRET = "python-client-test-key-0123456789abcdef"
+KEY_SECRET = "8vBdKXub1EpedBSh915DzTCkdbZ4CegNO4LkSLsdBdk="
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 TOOL_NAMES = ["work", "fail", "ask", "sleeper", "brief"]

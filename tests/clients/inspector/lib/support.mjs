@@ -29,7 +29,7 @@ const LAUNCHER = join(inspector, 'clients/launcher/build/index.js');
 /** Node 22 (the Inspector needs >= 22.19): the one running these tests. */
 const node = process.env.TASKGATE_INSPECTOR_NODE ?? process.execPath;
 export const KEY_VAR = 'TASKGATE_INSPECTOR_TEST_KEY';
-const KEY = 'inspector-test-key-0123456789abcdef-0123456789';
+const KEY = '2/JRWCOQDvZWE937Cou811AcHLfjtfjsMcqguLOxASU=';
 
 const LABEL_SCHEMA =
   '{ type = "object", required = ["label"], properties = { label = { type = "string", pattern = "^[A-Za-z0-9_-]+$" }, seconds = { type = "integer", minimum = 0, maximum = 60 } } }';

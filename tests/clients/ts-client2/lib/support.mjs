@@ -24,7 +24,7 @@ export { repo, bin, toolsDir, waitFor, alive, LIMIT_MS, toolToml, execTarget } f
 const { bin } = shared;
 export const TASKS = 'io.modelcontextprotocol/tasks';
 const KEY_VAR = 'TASKGATE_TS2_TEST_KEY';
-const KEY = 'ts-client2-test-key-0123456789abcdef-0123456789';
+const KEY = 'rqHDtPD4EMJMhj2P6gHmJ3WkShFUzIFvEjZV4JnhLPE=';
 
 export const LABEL_SCHEMA =
   '{ type = "object", required = ["label"], properties = { label = { type = "string", pattern = "^[A-Za-z0-9_-]+$" }, seconds = { type = "integer", minimum = 0, maximum = 60 } } }';

@@ -87,7 +87,7 @@ function flows(transportName, makeTransport) {
       try {
         const execution = await c.session.callTool('work', { label: 'ts2-work', seconds: 2 });
         assert.equal(execution.kind, 'task');
-        assert.match(execution.handle.taskId, /^tg2\./);
+        assert.match(execution.handle.taskId, /^tg3\./);
         const { outcome, views } = await settleAll(execution);
         assert.equal(outcome.status, 'completed', JSON.stringify(outcome));
         const messages = views.map((v) => v.statusMessage).filter(Boolean);

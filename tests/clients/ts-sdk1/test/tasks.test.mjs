@@ -20,7 +20,7 @@ import * as shared from '../../shared/taskgate.mjs';
 
 const { bin, waitFor, alive } = shared;
 const KEY_VAR = 'TASKGATE_TS_TEST_KEY';
-const KEY = 'ts-sdk-test-key-0123456789abcdef-0123456789';
+const KEY = 'cXE6eWvJRkVuvW3p2/UlP9cvcKYwh2e+EI9u4IWRVV8=';
 
 /** A temporary config (and spool) whose tools are the scripts in tests/tools (work in 0.2 s steps, ask "Approve ...?"). */
 function makeSetup() {
