@@ -16,6 +16,7 @@ use axum::Router;
 use serde_json::Value;
 
 use super::lanes::{lane_count, tick_within, Lanes};
+use crate::core::audit;
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -115,8 +116,8 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: the listener stays; try again shortly.
                         tracing::warn!(error = %e, "cannot accept a connection");
@@ -134,7 +135,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                     }
                 };
                 let builder = builder.clone();
-                let front = front.clone();
+                let front = front.from_peer(peer);
                 let mut stopping = stop_rx.clone();
                 connections.spawn_on(async move {
                     let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -319,6 +320,8 @@ struct Front {
     gw: Arc<Gateway>,
     oauth: Option<Arc<Authenticator>>,
     router: hyper_util::service::TowerToHyperService<Router>,
+    /// The connection's peer (for the audit trail).
+    peer: Option<SocketAddr>,
 }
 
 impl Front {
@@ -329,6 +332,15 @@ impl Front {
             gw,
             oauth,
             router: hyper_util::service::TowerToHyperService::new(router),
+            peer: None,
+        }
+    }
+
+    /// This front for one connection from `peer`.
+    fn from_peer(&self, peer: SocketAddr) -> Self {
+        Self {
+            peer: Some(peer),
+            ..self.clone()
         }
     }
 }
@@ -338,7 +350,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
     type Error = std::convert::Infallible;
     type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
 
-    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(audit::Peer(peer));
+        }
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
             Box::pin(
@@ -367,19 +382,23 @@ async fn serve_mcp(
     // The request taken apart, not its headers extracted: extracting a
     // `HeaderMap` copies every header of every request.
     let (parts, body) = request.into_parts();
+    let peer = parts.extensions.get::<audit::Peer>().map(|p| p.0);
     let headers = parts.headers;
     if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
         if !host_allowed(&gw, host) {
+            audit::refused_at_door(peer, "host_not_allowed");
             return forbidden("Host not allowed");
         }
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
         if !ok {
+            audit::refused_at_door(peer, "origin_not_allowed");
             return forbidden("Origin not allowed");
         }
     }
-    let caller = match server::identify(&gw, oauth.as_deref(), &headers).await {
+    let identified = server::identify(&gw, oauth.as_deref(), &headers);
+    let caller = match audit::scope(audit::Context::new(peer, ""), identified).await {
         Ok(c) => c,
         Err(e) => return unauthenticated(oauth.as_deref(), &e),
     };
@@ -391,6 +410,7 @@ async fn serve_mcp(
         caller: &caller,
         headers: Some(&headers),
         connection: None,
+        peer,
     };
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return match server::dispatch_batch(&gw, &inbound, &body).await {
@@ -408,7 +428,7 @@ async fn serve_mcp(
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     if admitted.may_stream() && accepts_sse {
-        return streamed(gw, caller, headers, admitted, oauth).await;
+        return streamed(gw, caller, headers, admitted, oauth, peer).await;
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())
@@ -538,6 +558,7 @@ async fn streamed(
     headers: HeaderMap,
     admitted: Admitted,
     oauth: Option<Arc<Authenticator>>,
+    peer: Option<SocketAddr>,
 ) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     // A listen stream may stay quiet for long: `:` comments keep it alive.
@@ -547,6 +568,7 @@ async fn streamed(
             caller: &caller,
             headers: Some(&headers),
             connection: None,
+            peer,
         };
         server::dispatch(&gw, &inbound, admitted, Some(tx)).await
     });

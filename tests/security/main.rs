@@ -24,3 +24,6 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+
+mod audit;
+mod lookups;
