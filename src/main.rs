@@ -26,7 +26,13 @@ struct Cli {
     /// default, beside the log, in its format), a file path (JSON lines,
     /// appended; created with mode 0600), or `off`. `TASKGATE_LOG` does not
     /// select or silence them: they have this sink of their own.
-    #[arg(long, value_name = "stderr|PATH|off", default_value = "stderr", global = true, env = "TASKGATE_AUDIT_LOG")]
+    #[arg(
+        long,
+        value_name = "stderr|PATH|off",
+        default_value = "stderr",
+        global = true,
+        env = "TASKGATE_AUDIT_LOG"
+    )]
     audit_log: String,
     #[command(subcommand)]
     command: Command,
@@ -141,7 +147,12 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
         }
     };
     tracing_subscriber::registry()
-        .with(vec![Some(logs), audit].into_iter().flatten().collect::<Vec<_>>())
+        .with(
+            vec![Some(logs), audit]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        )
         .init();
     if audit_log == "off" {
         tracing::warn!("the audit trail is off (--audit-log off): starts, reads, cancels, answers and refusals are not recorded");

@@ -360,7 +360,11 @@ pub async fn dispatch(
         Message::Request { method, .. } | Message::Notification { method, .. } => method.as_str(),
         _ => "",
     };
-    let context = audit::Context::new(inbound.peer, method);
+    let context = if inbound.connection.is_some() {
+        audit::Context::stdio(method)
+    } else {
+        audit::Context::new(inbound.peer, method)
+    };
     let work = budget::within_for(
         gw.server.max_engine_calls,
         &gw.quotas,
@@ -606,23 +610,28 @@ pub async fn dispatch_batch(
     }
     // One bound on engine calls for the whole batch: entries past it get a
     // retryable error each.
-    let answers = budget::within_for(gw.server.max_engine_calls, &gw.quotas, inbound.caller.id(), async {
-        let mut answers = Vec::new();
-        for item in items {
-            let id = item.get("id").cloned().unwrap_or(Value::Null);
-            match Message::parse(item) {
-                Ok(message) => {
-                    let era = era_of(&message, inbound.headers, session.clone());
-                    let admitted = Admitted { message, era };
-                    if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
-                        answers.push(body.into_value());
+    let answers = budget::within_for(
+        gw.server.max_engine_calls,
+        &gw.quotas,
+        inbound.caller.id(),
+        async {
+            let mut answers = Vec::new();
+            for item in items {
+                let id = item.get("id").cloned().unwrap_or(Value::Null);
+                match Message::parse(item) {
+                    Ok(message) => {
+                        let era = era_of(&message, inbound.headers, session.clone());
+                        let admitted = Admitted { message, era };
+                        if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
+                            answers.push(body.into_value());
+                        }
                     }
+                    Err(e) => answers.push(e.response(&id)),
                 }
-                Err(e) => answers.push(e.response(&id)),
             }
-        }
-        answers
-    })
+            answers
+        },
+    )
     .await;
     Ok((!answers.is_empty()).then_some(Value::Array(answers)))
 }

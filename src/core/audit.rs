@@ -111,23 +111,28 @@ tokio::task_local! {
 fn request_id() -> String {
     static PREFIX: OnceLock<String> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let prefix =
-        PREFIX.get_or_init(|| super::handle::random_run_name()[3..11].to_owned());
+    let prefix = PREFIX.get_or_init(|| super::handle::random_run_name()[3..11].to_owned());
     format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-fn peer_label(peer: Option<SocketAddr>) -> String {
-    peer.map_or_else(|| "stdio".to_owned(), |p| p.to_string())
-}
-
 impl Context {
-    /// The context of a new request from `peer` (`None`: stdio) calling
-    /// `method`, with a fresh request id. Inside a request already open (an
-    /// entry of a batch) the entry gets its own id.
+    /// The context of a new HTTP request from `peer` (`unknown` when the
+    /// transport did not say) calling `method`, with a fresh request id. An
+    /// entry of a batch gets an id of its own.
     #[must_use]
     pub fn new(peer: Option<SocketAddr>, method: &str) -> Self {
         Self {
-            peer: peer_label(peer),
+            peer: peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+            request: request_id(),
+            method: method.to_owned(),
+        }
+    }
+
+    /// The context of a new stdio message calling `method` (peer `stdio`).
+    #[must_use]
+    pub fn stdio(method: &str) -> Self {
+        Self {
+            peer: "stdio".to_owned(),
             request: request_id(),
             method: method.to_owned(),
         }

@@ -135,7 +135,8 @@ pub struct ServerConfig {
     /// notifications). It ends earlier when every task it watches is terminal
     /// or the client closes it; at this bound the server ends it with its
     /// result, and a client that still wants notifications listens again. Each
-    /// open stream holds a slot of `max_waits` and `max_waits_per_caller`.
+    /// open stream holds a slot of `max_waits` and `max_waits_per_caller`, and
+    /// its runs count against `max_watched_runs_per_caller`.
     /// Default `10m`.
     #[serde(with = "humantime_serde")]
     pub max_listen: Duration,
@@ -145,8 +146,8 @@ pub struct ServerConfig {
     pub listen_keep_alive: Duration,
     /// Most engine calls one request may make (a batch counts as one request;
     /// starts, reads, cancels, answers and SEP-1391 lookups count, the paced
-    /// re-reads of a request that waits for a run do not: `max_wait` and
-    /// `max_waits` bound those). Past it the rest of the request gets a
+    /// re-reads of a request that waits for a run do not: `max_wait`,
+    /// `max_waits` and `max_wait_reads_per_minute` bound those). Past it the rest of the request gets a
     /// retryable error naming this key, so one request cannot drain a
     /// rate-limited engine account. Default 64.
     pub max_engine_calls: usize,

@@ -68,10 +68,7 @@ async fn reads_and_refusals_are_audited_with_peer_and_request_id() {
     let audit = setup.dir.path().join("audit.jsonl");
     setup.extra_env.extend([
         ("TASKGATE_LOG".to_owned(), "off".to_owned()),
-        (
-            "TASKGATE_AUDIT_LOG".to_owned(),
-            audit.display().to_string(),
-        ),
+        ("TASKGATE_AUDIT_LOG".to_owned(), audit.display().to_string()),
     ]);
     let server = Server::start(&setup).await;
     let c = server.client();
@@ -89,7 +86,11 @@ async fn reads_and_refusals_are_audited_with_peer_and_request_id() {
 
     let read = wait_event(
         &audit,
-        &[("action", "read"), ("method", "tasks/get"), ("outcome", "ok")],
+        &[
+            ("action", "read"),
+            ("method", "tasks/get"),
+            ("outcome", "ok"),
+        ],
     )
     .await;
     assert_from_loopback(&read);
@@ -122,7 +123,11 @@ async fn reads_and_refusals_are_audited_with_peer_and_request_id() {
     assert_eq!(reply.code(), -32602, "{}", reply.raw);
     let refused = wait_event(
         &audit,
-        &[("action", "read"), ("outcome", "refused"), ("method", "tasks/get")],
+        &[
+            ("action", "read"),
+            ("outcome", "refused"),
+            ("method", "tasks/get"),
+        ],
     )
     .await;
     assert_from_loopback(&refused);
@@ -147,7 +152,11 @@ async fn reads_and_refusals_are_audited_with_peer_and_request_id() {
         assert_eq!(response.status().as_u16(), 403, "{name}: {value}");
         let event = wait_event(
             &audit,
-            &[("action", "request"), ("outcome", "refused"), ("reason", reason)],
+            &[
+                ("action", "request"),
+                ("outcome", "refused"),
+                ("reason", reason),
+            ],
         )
         .await;
         assert_from_loopback(&event);

@@ -31,10 +31,9 @@ fn only_work_for_anonymous(env: &[(&str, &str)]) -> Setup {
             1,
         );
     std::fs::write(&setup.config, text).unwrap();
-    setup.extra_env.extend(
-        env.iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
+    setup
+        .extra_env
+        .extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     setup
 }
 
@@ -50,10 +49,9 @@ async fn opted(server: &Server) -> Legacy {
 
 fn with_env(env: &[(&str, &str)]) -> Setup {
     let mut setup = Setup::with_tools(&dialect_tools());
-    setup.extra_env.extend(
-        env.iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
+    setup
+        .extra_env
+        .extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     setup
 }
 
@@ -76,7 +74,11 @@ async fn a_status_lookup_searches_only_the_callers_tools() {
     for i in 0..LOOKUPS {
         let reply = c.op_status(&format!("op-made-up-{i}")).await;
         assert_eq!(reply.code(), -32602, "{}", reply.raw);
-        assert!(reply.message().contains("Operation not found"), "{}", reply.raw);
+        assert!(
+            reply.message().contains("Operation not found"),
+            "{}",
+            reply.raw
+        );
     }
     let calls = server.engine_calls().await - before;
     assert_eq!(
@@ -86,7 +88,12 @@ async fn a_status_lookup_searches_only_the_callers_tools() {
 
     // The caller's own operations are still found.
     let started = c
-        .call_op("work", json!({ "label": "mine", "steps": 0 }), "op-mine", 60)
+        .call_op(
+            "work",
+            json!({ "label": "mine", "steps": 0 }),
+            "op-mine",
+            60,
+        )
         .await;
     assert!(started.is_ok(), "{}", started.raw);
     c.until_op_status("op-mine", "completed", LIMIT).await;
@@ -115,6 +122,32 @@ async fn lookups_past_the_callers_rate_are_refused_before_any_engine_call() {
     );
 }
 
+/// Item 7, with the shipped default (`max_lookups_per_minute = 300`): a caller
+/// that sends made-up tokens without end is stopped after a minute's worth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_lookup_rate_stops_a_token_scan() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = opted(&server).await;
+    let mut refused = None;
+    // 300 at once, then one more every 200 ms: the scan is stopped soon
+    // after its 300th look-up (a little later on a slow machine).
+    for i in 0..400 {
+        let reply = c.op_status(&format!("op-scan-{i}")).await;
+        if reply.code() != -32602 {
+            refused = Some((i, reply));
+            break;
+        }
+    }
+    let (at, reply) = refused.expect("a scan of 400 made-up tokens is stopped");
+    assert!(
+        at >= 300,
+        "not before a minute's worth: {at}: {}",
+        reply.raw
+    );
+    assert_bound_refusal(reply.error(), "server.max_lookups_per_minute");
+}
+
 /// Item 8: runs started per minute are bounded per caller; the refusal is
 /// retryable, names the key, and starts nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +160,11 @@ async fn starts_past_the_callers_rate_are_refused() {
     let before = server.engine_calls().await;
     let refused = c.call("sleeper", json!({})).await;
     assert_bound_refusal(refused.error(), "server.max_starts_per_minute");
-    assert_eq!(server.engine_calls().await, before, "nothing reached the engine");
+    assert_eq!(
+        server.engine_calls().await,
+        before,
+        "nothing reached the engine"
+    );
     assert_eq!(setup.runs().len(), 2, "no third run: {:?}", setup.runs());
 }
 
