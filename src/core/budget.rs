@@ -247,4 +247,40 @@ mod tests {
         })
         .await;
     }
+
+    #[tokio::test]
+    async fn a_waits_reads_count_against_its_callers_quota_only() {
+        let server = crate::core::config::ServerConfig {
+            max_wait_reads_per_minute: 2,
+            ..Default::default()
+        };
+        let quotas = Arc::new(super::super::quota::Quotas::new(&server));
+        within_for(1, &quotas, "alice", async {
+            assert!(spend().is_ok(), "the request's own call");
+            exempt(async {
+                assert!(spend().is_ok());
+                assert!(spend_wait_read().is_ok());
+                let refused = spend().unwrap_err();
+                assert!(
+                    refused
+                        .to_string()
+                        .contains("server.max_wait_reads_per_minute"),
+                    "{refused}"
+                );
+            })
+            .await;
+        })
+        .await;
+        within_for(1, &quotas, "bob", async {
+            exempt(async { assert!(spend().is_ok(), "another caller's own quota") }).await;
+        })
+        .await;
+        exempt(async {
+            assert!(
+                spend_wait_read().is_ok(),
+                "outside a caller's scope: not counted"
+            );
+        })
+        .await;
+    }
 }
