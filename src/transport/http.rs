@@ -135,7 +135,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                     }
                 };
                 let builder = builder.clone();
-                let front = front.from_peer(peer);
+                let front = front.for_peer(peer);
                 let mut stopping = stop_rx.clone();
                 connections.spawn_on(async move {
                     let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -337,7 +337,7 @@ impl Front {
     }
 
     /// This front for one connection from `peer`.
-    fn from_peer(&self, peer: SocketAddr) -> Self {
+    fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
             peer: Some(peer),
             ..self.clone()
