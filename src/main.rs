@@ -22,6 +22,18 @@ struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "TASKGATE_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Where audit events (target `taskgate::audit`) go: `stderr` (the
+    /// default, beside the log, in its format), a file path (JSON lines,
+    /// appended; created with mode 0600), or `off`. `TASKGATE_LOG` does not
+    /// select or silence them: they have this sink of their own.
+    #[arg(
+        long,
+        value_name = "stderr|PATH|off",
+        default_value = "stderr",
+        global = true,
+        env = "TASKGATE_AUDIT_LOG"
+    )]
+    audit_log: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -91,16 +103,65 @@ enum Command {
     },
 }
 
-fn init_logs(format: LogFormat) {
+/// The log on stderr, filtered by `TASKGATE_LOG` (default `info`), and the
+/// audit trail in its own sink, which that filter does not touch: every event
+/// of `taskgate::audit` at `info` goes there, and only there.
+fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
+    use tracing_subscriber::filter::{filter_fn, FilterExt as _, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+
+    type Boxed = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+    let audit_target = taskgate::core::audit::TARGET;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TASKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    let not_audit = filter_fn(move |m| m.target() != audit_target);
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs: Boxed = match format {
+        LogFormat::Text => logs.with_filter(filter.and(not_audit)).boxed(),
+        LogFormat::Json => logs.json().with_filter(filter.and(not_audit)).boxed(),
+    };
+    let only_audit = Targets::new().with_target(audit_target, tracing::Level::INFO);
+    let audit: Option<Boxed> = match audit_log {
+        "off" => None,
+        "stderr" | "" => {
+            let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+            Some(match format {
+                LogFormat::Text => layer.with_filter(only_audit).boxed(),
+                LogFormat::Json => layer.json().with_filter(only_audit).boxed(),
+            })
+        }
+        path => {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| format!("cannot open the audit log {path} (--audit-log): {e}"))?;
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .with_filter(only_audit)
+                    .boxed(),
+            )
+        }
+    };
+    tracing_subscriber::registry()
+        .with(
+            vec![Some(logs), audit]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        )
+        .init();
+    if audit_log == "off" {
+        tracing::warn!("the audit trail is off (--audit-log off): starts, reads, cancels, answers and refusals are not recorded");
     }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -112,7 +173,10 @@ fn main() -> ExitCode {
         println!("{}", taskgate::core::handle::new_secret());
         return ExitCode::SUCCESS;
     }
-    init_logs(cli.log_format);
+    if let Err(e) = init_logs(cli.log_format, &cli.audit_log) {
+        eprintln!("taskgate: {e}");
+        return ExitCode::from(2);
+    }
     // Several TLS crypto backends are compiled in (engines bring their own);
     // rustls needs the process to choose one.
     let _ = rustls::crypto::ring::default_provider().install_default();

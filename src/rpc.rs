@@ -88,6 +88,14 @@ pub enum RpcError {
     /// A bound of the server is reached; retryable.
     #[error("{0}")]
     Busy(String),
+    /// A per-caller quota is used up; retryable after `retry_after_ms`.
+    #[error("{message}")]
+    OverQuota {
+        /// What was refused, naming the key.
+        message: String,
+        /// When to retry.
+        retry_after_ms: u64,
+    },
     /// A valid token lacks scopes a tool's access rule asks for (HTTP 403, with a
     /// `WWW-Authenticate: Bearer error="insufficient_scope"` challenge naming them).
     #[error("Insufficient scope: {message}")]
@@ -127,7 +135,9 @@ impl RpcError {
                 | EngineError::Unsupported { .. } => INVALID_PARAMS,
                 _ => INTERNAL_ERROR,
             },
-            Self::Internal(_) | Self::RunFailed(_) | Self::Busy(_) => INTERNAL_ERROR,
+            Self::Internal(_) | Self::RunFailed(_) | Self::Busy(_) | Self::OverQuota { .. } => {
+                INTERNAL_ERROR
+            }
             Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
             Self::InsufficientScope { .. } | Self::AccessDenied(_) => INVALID_PARAMS,
             Self::SessionNotFound => INVALID_PARAMS,
@@ -142,6 +152,10 @@ impl RpcError {
             CoreError::NotFound => Self::NotFound(not_found.to_owned()),
             CoreError::Engine(e) => Self::Engine(e),
             busy @ CoreError::Busy(_) => Self::Busy(busy.to_string()),
+            CoreError::OverQuota(over) => Self::OverQuota {
+                message: over.to_string(),
+                retry_after_ms: over.retry_after.as_millis().max(1) as u64,
+            },
             CoreError::InsufficientScope { ref scopes, .. } => Self::InsufficientScope {
                 scopes: scopes.clone(),
                 message: e.to_string(),
@@ -219,6 +233,9 @@ impl RpcError {
                 Some(data)
             }
             Self::Busy(_) => Some(json!({ "retryable": true, "retryAfterMs": BUSY_RETRY_MS })),
+            Self::OverQuota { retry_after_ms, .. } => {
+                Some(json!({ "retryable": true, "retryAfterMs": retry_after_ms }))
+            }
             Self::Engine(EngineError::PermissionDenied { action, .. }) => {
                 Some(json!({ "deniedAction": action }))
             }

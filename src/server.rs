@@ -64,6 +64,8 @@ pub struct Inbound<'a> {
     pub headers: Option<&'a HeaderMap>,
     /// The stdio connection (absent on HTTP).
     pub connection: Option<&'a Connection>,
+    /// The peer's socket address (HTTP), for the audit trail; `None` on stdio.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// A message the front door accepted, with its era.
@@ -354,11 +356,22 @@ pub async fn dispatch(
     admitted: Admitted,
     out: Option<Outbound>,
 ) -> Dispatched {
-    budget::within(
+    let method = match &admitted.message {
+        Message::Request { method, .. } | Message::Notification { method, .. } => method.as_str(),
+        _ => "",
+    };
+    let context = if inbound.connection.is_some() {
+        audit::Context::stdio(method)
+    } else {
+        audit::Context::new(inbound.peer, method)
+    };
+    let work = budget::within_for(
         gw.server.max_engine_calls,
+        &gw.quotas,
+        inbound.caller.id(),
         dispatch_unbounded(gw, inbound, admitted, out),
-    )
-    .await
+    );
+    audit::scope(context, work).await
 }
 
 async fn dispatch_unbounded(
@@ -597,23 +610,28 @@ pub async fn dispatch_batch(
     }
     // One bound on engine calls for the whole batch: entries past it get a
     // retryable error each.
-    let answers = budget::within(gw.server.max_engine_calls, async {
-        let mut answers = Vec::new();
-        for item in items {
-            let id = item.get("id").cloned().unwrap_or(Value::Null);
-            match Message::parse(item) {
-                Ok(message) => {
-                    let era = era_of(&message, inbound.headers, session.clone());
-                    let admitted = Admitted { message, era };
-                    if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
-                        answers.push(body.into_value());
+    let answers = budget::within_for(
+        gw.server.max_engine_calls,
+        &gw.quotas,
+        inbound.caller.id(),
+        async {
+            let mut answers = Vec::new();
+            for item in items {
+                let id = item.get("id").cloned().unwrap_or(Value::Null);
+                match Message::parse(item) {
+                    Ok(message) => {
+                        let era = era_of(&message, inbound.headers, session.clone());
+                        let admitted = Admitted { message, era };
+                        if let Some(body) = dispatch(gw, inbound, admitted, None).await.body {
+                            answers.push(body.into_value());
+                        }
                     }
+                    Err(e) => answers.push(e.response(&id)),
                 }
-                Err(e) => answers.push(e.response(&id)),
             }
-        }
-        answers
-    })
+            answers
+        },
+    )
     .await;
     Ok((!answers.is_empty()).then_some(Value::Array(answers)))
 }

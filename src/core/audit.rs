@@ -1,21 +1,33 @@
 //! The audit trail: one structured event, target `taskgate::audit`, for every
-//! start, cancel and input answer, and for every attempt refused at the front
-//! door or by an access rule.
+//! start, cancel and input answer, every read of a run (`tasks/get`, results,
+//! logs, listen, SEP-1391 status), every handle or token that does not open,
+//! and every attempt refused at the front door (credentials, `Host`, `Origin`)
+//! or by an access rule or quota.
 //!
-//! An event holds the time (from the log subscriber), the caller, the tool, the
-//! dialect, a short reference to the run, and the outcome. It never holds tool
-//! arguments, answers, tokens or task handles. The run reference is the first 12
+//! An event holds the time (from the log subscriber), the caller, the peer it
+//! came from (`IP:PORT` on HTTP, `stdio`), a request id (one per HTTP request
+//! or stdio message; every event of one request carries the same), the
+//! JSON-RPC method, the tool, the dialect, a short reference to the run, and the
+//! outcome. It never holds tool arguments, answers, tokens or task handles.
+//!
+//! The events have a sink of their own (see `taskgate serve --audit-log`): the
+//! server's log filter (`TASKGATE_LOG`) neither selects nor silences them. The run reference is the first 12
 //! hex digits of SHA-256 over the tool and the engine's native reference: one
 //! run always gets the same reference, on every replica, and an operator who
 //! knows a run (an execution ARN, a Job name) can compute it, but the reference
 //! does not give the run back.
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
 use sha2::{Digest, Sha256};
 
 use super::handle::Dialect;
 
-/// The log target of audit events (`TASKGATE_LOG=taskgate::audit=info` keeps
-/// only them).
+/// The log target of audit events; their own sink takes every event of this
+/// target at `info`, whatever `TASKGATE_LOG` says.
 pub const TARGET: &str = "taskgate::audit";
 
 /// What was attempted.
@@ -27,8 +39,12 @@ pub enum Action {
     Cancel,
     /// Answering a run's input request.
     Answer,
-    /// Any request, refused at the front door (no valid credentials).
+    /// Any request, refused at the front door (no valid credentials, a
+    /// `Host` or `Origin` not allowed).
     Request,
+    /// Reading a run: its status, result, logs, or a listen stream on it; a
+    /// handle or operation token that does not open is a refused read.
+    Read,
 }
 
 impl Action {
@@ -40,6 +56,7 @@ impl Action {
             Self::Cancel => "cancel",
             Self::Answer => "answer",
             Self::Request => "request",
+            Self::Read => "read",
         }
     }
 }
@@ -73,6 +90,83 @@ pub fn run_ref(tool: &str, native: &str) -> String {
     hex::encode(&digest[..6])
 }
 
+/// The socket address of an HTTP request's peer, as a request extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+/// Who and what the events of one request are about, besides their own fields.
+#[derive(Debug, Clone)]
+pub struct Context {
+    peer: String,
+    request: String,
+    method: String,
+}
+
+tokio::task_local! {
+    static CONTEXT: Context;
+}
+
+/// A fresh request id: a random prefix per process (so replicas differ) and a
+/// counter.
+fn request_id() -> String {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let prefix = PREFIX.get_or_init(|| super::handle::random_run_name()[3..11].to_owned());
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Context {
+    /// The context of a new HTTP request from `peer` (`unknown` when the
+    /// transport did not say) calling `method`, with a fresh request id. An
+    /// entry of a batch gets an id of its own.
+    #[must_use]
+    pub fn new(peer: Option<SocketAddr>, method: &str) -> Self {
+        Self {
+            peer: peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+            request: request_id(),
+            method: method.to_owned(),
+        }
+    }
+
+    /// The context of a new stdio message calling `method` (peer `stdio`).
+    #[must_use]
+    pub fn stdio(method: &str) -> Self {
+        Self {
+            peer: "stdio".to_owned(),
+            request: request_id(),
+            method: method.to_owned(),
+        }
+    }
+
+    /// The request id events of this request carry.
+    #[must_use]
+    pub fn request(&self) -> &str {
+        &self.request
+    }
+}
+
+/// Runs `work` (the serving of one request) with `context`: every event it
+/// records carries the peer, the request id and the method.
+pub async fn scope<F: Future>(context: Context, work: F) -> F::Output {
+    CONTEXT.scope(context, work).await
+}
+
+/// Writes one event of a request refused before it was read (`Host`,
+/// `Origin`), from `peer`, with a request id of its own.
+pub fn refused_at_door(peer: Option<SocketAddr>, reason: &'static str) {
+    let context = Context::new(peer, "");
+    CONTEXT.sync_scope(context, || {
+        record(
+            Action::Request,
+            "",
+            None,
+            None,
+            None,
+            Outcome::Refused(reason),
+        );
+    });
+}
+
 /// Writes one audit event.
 pub fn record(
     action: Action,
@@ -87,17 +181,27 @@ pub fn record(
         Outcome::Failed => ("failed", ""),
         Outcome::Refused(why) => ("refused", why),
     };
-    tracing::info!(
-        target: TARGET,
-        action = action.label(),
-        caller = caller,
-        tool = tool.unwrap_or(""),
-        dialect = dialect.map_or("", dialect_label),
-        run = run.unwrap_or(""),
-        outcome = word,
-        reason = reason,
-        "audit"
-    );
+    let emit = |context: Option<&Context>| {
+        let (peer, request, method) =
+            context.map_or(("", "", ""), |c| (&*c.peer, &*c.request, &*c.method));
+        tracing::info!(
+            target: TARGET,
+            action = action.label(),
+            caller = caller,
+            peer = peer,
+            request = request,
+            method = method,
+            tool = tool.unwrap_or(""),
+            dialect = dialect.map_or("", dialect_label),
+            run = run.unwrap_or(""),
+            outcome = word,
+            reason = reason,
+            "audit"
+        );
+    };
+    if CONTEXT.try_with(|c| emit(Some(c))).is_err() {
+        emit(None);
+    }
 }
 
 #[cfg(test)]

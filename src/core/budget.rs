@@ -6,8 +6,10 @@
 //!
 //! Starts, reads, cancels, answers, lookups and log pages count. The reads of a request
 //! that waits for a run ([`exempt`], and every `wait_for_change`) do not: they are paced by the
-//! tool's poll interval and bounded by `max_wait` and `max_waits`. Outside a
-//! scope (`check-config`, tests of the core) nothing is counted.
+//! tool's poll interval and bounded by `max_wait` and `max_waits`, and, when the
+//! front door named the caller ([`within_for`]), they count against the
+//! caller's `server.max_wait_reads_per_minute`. Outside a scope (`check-config`,
+//! tests of the core) nothing is counted.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +29,17 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 struct CallBudget {
     limit: usize,
     used: AtomicUsize,
+    /// The caller whose wait reads the request's waits count against.
+    paced: Option<Paced>,
+    /// Inside [`exempt`]: every call is a wait read.
+    waiting: bool,
+}
+
+/// A caller's allowance of wait reads.
+#[derive(Debug, Clone)]
+struct Paced {
+    quotas: Arc<super::quota::Quotas>,
+    caller: String,
 }
 
 tokio::task_local! {
@@ -43,6 +56,31 @@ pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
     let budget = Arc::new(CallBudget {
         limit,
         used: AtomicUsize::new(0),
+        paced: None,
+        waiting: false,
+    });
+    BUDGET.scope(budget, work).await
+}
+
+/// As [`within`], the waits of the request counting against `caller`'s
+/// `server.max_wait_reads_per_minute` in `quotas`.
+pub async fn within_for<F: Future>(
+    limit: usize,
+    quotas: &Arc<super::quota::Quotas>,
+    caller: &str,
+    work: F,
+) -> F::Output {
+    if BUDGET.try_with(|_| ()).is_ok() {
+        return work.await;
+    }
+    let budget = Arc::new(CallBudget {
+        limit,
+        used: AtomicUsize::new(0),
+        paced: Some(Paced {
+            quotas: quotas.clone(),
+            caller: caller.to_owned(),
+        }),
+        waiting: false,
     });
     BUDGET.scope(budget, work).await
 }
@@ -50,9 +88,12 @@ pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
 /// Runs `work` outside the request's budget: the reads of a request that waits
 /// for a run, which `max_wait` and `max_waits` bound instead.
 pub async fn exempt<F: Future>(work: F) -> F::Output {
+    let paced = BUDGET.try_with(|b| b.paced.clone()).ok().flatten();
     let unbounded = Arc::new(CallBudget {
         limit: usize::MAX,
         used: AtomicUsize::new(0),
+        paced,
+        waiting: true,
     });
     BUDGET.scope(unbounded, work).await
 }
@@ -62,6 +103,9 @@ fn spend() -> Result<(), EngineError> {
     let Ok(budget) = BUDGET.try_with(Arc::clone) else {
         return Ok(());
     };
+    if budget.waiting {
+        return spend_wait_read();
+    }
     let before = budget.used.fetch_add(1, Ordering::Relaxed);
     if before < budget.limit {
         return Ok(());
@@ -74,6 +118,22 @@ fn spend() -> Result<(), EngineError> {
             budget.limit
         ),
     })
+}
+
+/// Counts one read of a waiting request against its caller's
+/// `server.max_wait_reads_per_minute`.
+fn spend_wait_read() -> Result<(), EngineError> {
+    let Ok(Some(paced)) = BUDGET.try_with(|b| b.paced.clone()) else {
+        return Ok(());
+    };
+    paced
+        .quotas
+        .wait_reads
+        .take(&paced.caller)
+        .map_err(|over| EngineError::Throttled {
+            retry_after: Some(over.retry_after),
+            message: over.to_string(),
+        })
 }
 
 /// A pipeline whose calls count against the request's budget.
@@ -131,6 +191,7 @@ impl Pipeline for Budgeted {
         last: &Snapshot,
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
+        spend_wait_read()?;
         self.inner.wait_for_change(run, last, wait).await
     }
 
@@ -183,6 +244,42 @@ mod tests {
             .await;
             assert!(spend().is_ok(), "a new request, a new budget");
             assert!(spend().is_err());
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_waits_reads_count_against_its_callers_quota_only() {
+        let server = crate::core::config::ServerConfig {
+            max_wait_reads_per_minute: 2,
+            ..Default::default()
+        };
+        let quotas = Arc::new(super::super::quota::Quotas::new(&server));
+        within_for(1, &quotas, "alice", async {
+            assert!(spend().is_ok(), "the request's own call");
+            exempt(async {
+                assert!(spend().is_ok());
+                assert!(spend_wait_read().is_ok());
+                let refused = spend().unwrap_err();
+                assert!(
+                    refused
+                        .to_string()
+                        .contains("server.max_wait_reads_per_minute"),
+                    "{refused}"
+                );
+            })
+            .await;
+        })
+        .await;
+        within_for(1, &quotas, "bob", async {
+            exempt(async { assert!(spend().is_ok(), "another caller's own quota") }).await;
+        })
+        .await;
+        exempt(async {
+            assert!(
+                spend_wait_read().is_ok(),
+                "outside a caller's scope: not counted"
+            );
         })
         .await;
     }

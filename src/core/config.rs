@@ -148,7 +148,8 @@ pub struct ServerConfig {
     /// notifications). It ends earlier when every task it watches is terminal
     /// or the client closes it; at this bound the server ends it with its
     /// result, and a client that still wants notifications listens again. Each
-    /// open stream holds a slot of `max_waits` and `max_waits_per_caller`.
+    /// open stream holds a slot of `max_waits` and `max_waits_per_caller`, and
+    /// its runs count against `max_watched_runs_per_caller`.
     /// Default `10m`.
     #[serde(with = "humantime_serde")]
     pub max_listen: Duration,
@@ -158,11 +159,37 @@ pub struct ServerConfig {
     pub listen_keep_alive: Duration,
     /// Most engine calls one request may make (a batch counts as one request;
     /// starts, reads, cancels, answers and SEP-1391 lookups count, the paced
-    /// re-reads of a request that waits for a run do not: `max_wait` and
-    /// `max_waits` bound those). Past it the rest of the request gets a
+    /// re-reads of a request that waits for a run do not: `max_wait`,
+    /// `max_waits` and `max_wait_reads_per_minute` bound those). Past it the rest of the request gets a
     /// retryable error naming this key, so one request cannot drain a
     /// rate-limited engine account. Default 64.
     pub max_engine_calls: usize,
+    /// Most runs one caller may start per minute (a SEP-1391 retry that
+    /// reaches its run again counts too). The first minute's worth may come at
+    /// once, then one per `60s / N`. Past it a start is refused before any
+    /// engine call with a retryable error naming this key. Like every
+    /// per-caller quota, it is counted in memory by each replica on its own.
+    /// Default 60.
+    pub max_starts_per_minute: u32,
+    /// Most SEP-1391 token look-ups one caller may make per minute: every
+    /// `tools/async/status`, `tools/async/result`, cancel or log page named by
+    /// an operation token, and the look-up of each `tools/call` with an
+    /// `operation`. A look-up searches only the tools the caller may use. Past
+    /// it the request is refused with a retryable error naming this key, before
+    /// any engine call. Counted in memory per replica. Default 300.
+    pub max_lookups_per_minute: u32,
+    /// Most engine reads per minute that one caller's waiting requests may
+    /// cause (a blocking `tasks/result`, a synchronous call of a long-running
+    /// tool, a SEP-1391 status request that waits for an answer): the reads
+    /// `max_engine_calls` leaves out. Past it the waiting request ends with a
+    /// retryable error naming this key. Counted in memory per replica.
+    /// Default 600.
+    pub max_wait_reads_per_minute: u32,
+    /// Most runs one caller's open `subscriptions/listen` streams may watch at
+    /// once (a run watched by two of its streams counts twice). A listen
+    /// request that would pass it is refused with a retryable error naming
+    /// this key. Counted in memory per replica. Default 64.
+    pub max_watched_runs_per_caller: usize,
     /// How long a client may take to send a request's headers over HTTP; a
     /// slower connection is closed. Default `10s`.
     #[serde(with = "humantime_serde")]
@@ -200,6 +227,10 @@ impl Default for ServerConfig {
             max_listen: Duration::from_secs(600),
             listen_keep_alive: Duration::from_secs(15),
             max_engine_calls: 64,
+            max_starts_per_minute: 60,
+            max_lookups_per_minute: 300,
+            max_wait_reads_per_minute: 600,
+            max_watched_runs_per_caller: 64,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             workers: None,
@@ -328,8 +359,9 @@ impl IpNetwork {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BearerConfig {
-    /// The caller this token identifies (no `#`, which OAuth callers use). Tasks
-    /// are bound to it.
+    /// The caller this token identifies (no `#`, which OAuth callers use; not
+    /// `anonymous` nor `local:…`, the names of the unauthenticated HTTP caller
+    /// and of the stdio caller). Tasks and SEP-1391 tokens are bound to it.
     pub caller: String,
     /// Environment variable that holds the token.
     pub token_env: Option<String>,

@@ -56,6 +56,9 @@ pub enum CoreError {
     /// A bound on blocking requests is reached; retry later.
     #[error("taskgate is busy: {0}; retry later")]
     Busy(Full),
+    /// A per-caller quota is used up; retry later. Nothing reached the engine.
+    #[error("{0}")]
+    OverQuota(super::quota::Exceeded),
     /// The engine said something the client must hear.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -130,6 +133,8 @@ pub struct Gateway {
     waits: Arc<WaitSlots>,
     /// The watches of open listen streams (one per watched run).
     pub watches: Arc<super::watch::Watches>,
+    /// The per-caller quotas (starts, look-ups, wait reads, watched runs).
+    pub quotas: Arc<super::quota::Quotas>,
 }
 
 /// A started run: its claims and the sealed handle the client gets.
@@ -232,6 +237,7 @@ impl Gateway {
                     cfg.server.max_waits_per_caller,
                 )),
                 watches: Arc::default(),
+                quotas: Arc::new(super::quota::Quotas::new(&cfg.server)),
                 server: cfg.server,
                 keys,
                 tools,
@@ -348,6 +354,17 @@ impl Gateway {
         retention: Duration,
     ) -> Result<Started, CoreError> {
         self.authorize(caller, tool, Action::Start, dialect, None)?;
+        if let Err(over) = self.quotas.starts.take(caller.id()) {
+            audit::record(
+                Action::Start,
+                caller.id(),
+                Some(tool.name()),
+                Some(dialect),
+                None,
+                Outcome::Refused("quota"),
+            );
+            return Err(CoreError::OverQuota(over));
+        }
         let run_name = run_name.unwrap_or_else(random_run_name);
         let request = StartRequest {
             run_name,
@@ -402,8 +419,16 @@ impl Gateway {
     ) -> Result<(TaskClaims, &Tool), CoreError> {
         use super::metrics::Refusal;
         let claims = self.keys.open_task(caller, handle);
-        let refuse = |why| {
+        let refuse = |why: Refusal| {
             self.metrics.refused(why);
+            audit::record(
+                Action::Read,
+                caller,
+                None,
+                Some(dialect),
+                None,
+                Outcome::Refused(why.label()),
+            );
             CoreError::NotFound
         };
         let c = claims.ok_or_else(|| refuse(Refusal::Unopenable))?;
@@ -418,6 +443,14 @@ impl Gateway {
             .iter()
             .find(|t| t.config.name == c.tool)
             .ok_or_else(|| refuse(Refusal::UnknownTool))?;
+        audit::record(
+            Action::Read,
+            caller,
+            Some(tool.name()),
+            Some(dialect),
+            Some(&audit::run_ref(tool.name(), &c.native)),
+            Outcome::Ok,
+        );
         Ok((c, tool))
     }
 
@@ -448,6 +481,36 @@ impl Gateway {
     /// `server.max_waits_per_caller` is reached.
     pub fn hold_wait(&self, caller: &str) -> Result<WaitSlot, CoreError> {
         self.waits.take(caller).map_err(CoreError::Busy)
+    }
+
+    /// Takes `count` of the runs `caller`'s listen streams may watch at once
+    /// (`server.max_watched_runs_per_caller`); hold it while they are watched.
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::OverQuota`] when the caller would watch more.
+    pub fn hold_watched(
+        &self,
+        caller: &str,
+        count: usize,
+    ) -> Result<super::quota::Holding, CoreError> {
+        self.quotas
+            .watched
+            .take(caller, count)
+            .map_err(CoreError::OverQuota)
+    }
+
+    /// Counts one SEP-1391 token look-up of `caller`
+    /// (`server.max_lookups_per_minute`).
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::OverQuota`] past the caller's rate.
+    pub fn count_lookup(&self, caller: &str) -> Result<(), CoreError> {
+        self.quotas
+            .lookups
+            .take(caller)
+            .map_err(CoreError::OverQuota)
     }
 
     /// Requests waiting for runs right now.

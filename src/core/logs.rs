@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use taskgate_engine::{log_limit, spec_hash, EngineError, LogLine, MAX_CURSOR_BYTES};
 
+use super::audit::{self, Action, Outcome};
 use super::gateway::{CoreError, Gateway, Tool};
 use super::handle::{Purpose, TaskClaims};
 use super::metrics::Refusal;
@@ -63,8 +64,16 @@ impl Gateway {
         caller: &str,
         handle: &str,
     ) -> Result<(TaskClaims, &Tool), CoreError> {
-        let refuse = |why| {
+        let refuse = |why: Refusal| {
             self.metrics.refused(why);
+            audit::record(
+                Action::Read,
+                caller,
+                None,
+                None,
+                None,
+                Outcome::Refused(why.label()),
+            );
             CoreError::NotFound
         };
         let claims: TaskClaims = self
@@ -77,6 +86,14 @@ impl Gateway {
         let tool = self
             .tool(&claims.tool)
             .map_err(|_| refuse(Refusal::UnknownTool))?;
+        audit::record(
+            Action::Read,
+            caller,
+            Some(tool.name()),
+            Some(claims.dialect),
+            Some(&audit::run_ref(tool.name(), &claims.native)),
+            Outcome::Ok,
+        );
         Ok((claims, tool))
     }
 

@@ -79,7 +79,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn label(self) -> &'static str {
+    /// The reason word (on `/metrics` and in audit events).
+    #[must_use]
+    pub fn label(self) -> &'static str {
         match self {
             Self::Unopenable => "unopenable",
             Self::WrongDialect => "wrong_dialect",

@@ -12,6 +12,7 @@ pub mod gateway;
 pub mod handle;
 pub mod logs;
 pub mod metrics;
+pub mod quota;
 pub mod slots;
 pub mod validate;
 pub mod watch;

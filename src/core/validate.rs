@@ -33,6 +33,22 @@ fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigP
         ("max_waits", server.max_waits),
         ("max_waits_per_caller", server.max_waits_per_caller),
         ("max_engine_calls", server.max_engine_calls),
+        (
+            "max_starts_per_minute",
+            server.max_starts_per_minute as usize,
+        ),
+        (
+            "max_lookups_per_minute",
+            server.max_lookups_per_minute as usize,
+        ),
+        (
+            "max_wait_reads_per_minute",
+            server.max_wait_reads_per_minute as usize,
+        ),
+        (
+            "max_watched_runs_per_caller",
+            server.max_watched_runs_per_caller,
+        ),
         ("workers", server.workers.unwrap_or(1)),
     ];
     for (key, value) in counts {
@@ -123,6 +139,17 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
                 format!("auth.bearer[{i}].caller"),
                 format!(
                     "{:?} must be non-empty and without '#' (OAuth callers are ISSUER#SUBJECT)",
+                    b.caller
+                ),
+            ));
+        } else if b.caller == "anonymous" || b.caller.starts_with("local:") {
+            // Each transport's own callers keep their own names, so their
+            // handles and SEP-1391 token namespaces are never another's.
+            problems.push(ConfigProblem::new(
+                format!("auth.bearer[{i}].caller"),
+                format!(
+                    "{:?} is reserved: `anonymous` is the unauthenticated HTTP caller and `local:USER` \
+                     the stdio caller; name token callers otherwise",
                     b.caller
                 ),
             ));

@@ -16,6 +16,7 @@ use taskgate_engine::{EngineError, RunState, Snapshot};
 use super::input;
 use super::outcome::status_word;
 use super::wire::{call_tool_result, Outbound, Version};
+use crate::core::audit::{self, Action, Outcome};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;
 use crate::core::{Caller, CoreError, Gateway, Tool};
@@ -156,23 +157,28 @@ struct Found<'g> {
     native: String,
 }
 
-/// Looks for the run of `token` across the long-running tools, under the run
-/// name every configured key derives (so a rotation does not lose it), asking
-/// the engines in parallel: one `locate` per tool and key (one key: one per tool).
+/// Looks for the run of `token` across the long-running tools the caller may
+/// use, under the run name every configured key derives (so a rotation does
+/// not lose it), asking the engines in parallel: one `locate` per tool and key
+/// (one key: one per tool). Each look-up counts against the caller's
+/// `server.max_lookups_per_minute`; a tool the caller may not use is never
+/// searched (its runs could not have been started by this caller anyway).
 ///
 /// # Errors
 ///
-/// The first engine error when no engine found the run.
+/// The first engine error when no engine found the run; a retryable refusal
+/// past the caller's look-up rate, before any engine call.
 async fn locate<'g>(
     gw: &'g Gateway,
     caller: &Caller,
     token: &str,
 ) -> Result<Option<Found<'g>>, RpcError> {
+    gw.count_lookup(caller.id()).map_err(op_error)?;
     let mut lookups = Vec::new();
     for tool in gw
         .tools()
         .iter()
-        .filter(|t| t.is_long_running() && t.capabilities.locate)
+        .filter(|t| t.is_long_running() && t.capabilities.locate && gw.visible_to(caller, t))
     {
         for run_name in gw.keys.derive_run_names(caller, tool.name(), token) {
             lookups.push(async move {
@@ -214,8 +220,28 @@ pub async fn find<'g>(
     token: &str,
 ) -> Result<(&'g Tool, String), RpcError> {
     match locate(gw, caller, token).await? {
-        Some(found) => Ok((found.tool, found.native)),
-        None => Err(RpcError::NotFound(NOT_FOUND.into())),
+        Some(found) => {
+            audit::record(
+                Action::Read,
+                caller.id(),
+                Some(found.tool.name()),
+                Some(Dialect::PlainHandle),
+                Some(&audit::run_ref(found.tool.name(), &found.native)),
+                Outcome::Ok,
+            );
+            Ok((found.tool, found.native))
+        }
+        None => {
+            audit::record(
+                Action::Read,
+                caller.id(),
+                None,
+                Some(Dialect::PlainHandle),
+                None,
+                Outcome::Refused("unknown_token"),
+            );
+            Err(RpcError::NotFound(NOT_FOUND.into()))
+        }
     }
 }
 

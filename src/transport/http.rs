@@ -17,6 +17,7 @@ use axum::Router;
 use serde_json::Value;
 
 use super::lanes::{lane_count, tick_within, Lanes};
+use crate::core::audit;
 use crate::core::config::IpNetwork;
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
@@ -344,6 +345,8 @@ struct Front {
     /// This connection's peer may not be served anonymously: every request
     /// on it is refused (403).
     refuse_peer: bool,
+    /// The connection's peer (for the audit trail).
+    peer: Option<SocketAddr>,
 }
 
 impl Front {
@@ -365,17 +368,21 @@ impl Front {
             anonymous,
             networks,
             refuse_peer: false,
+            peer: None,
         }
     }
 
     /// The service of one connection from `peer`.
     fn for_peer(&self, peer: SocketAddr) -> Self {
         let mut front = self.clone();
+        front.peer = Some(peer);
         front.refuse_peer = !anonymous_peer_allowed(self.anonymous, &self.networks, peer);
         if front.refuse_peer {
-            tracing::warn!(
+            // Each request on it is audited as refused; a debug line here
+            // (not a warning: a port scan must not flood the log).
+            tracing::debug!(
                 peer = %peer.ip(),
-                "refused a connection: without [auth], only loopback peers are served"
+                "refusing a connection: without [auth], only loopback peers are served"
             );
         }
         front
@@ -395,12 +402,16 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
     type Error = std::convert::Infallible;
     type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
 
-    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
         if self.refuse_peer {
+            audit::refused_at_door(self.peer, "peer_not_loopback");
             let refusal = refused(&RpcError::Forbidden(
                 "anonymous access is served to loopback peers only; this server has no [auth]",
             ));
             return Box::pin(async move { Ok(refusal) });
+        }
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(audit::Peer(peer));
         }
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
@@ -430,6 +441,7 @@ async fn serve_mcp(
     // The request taken apart, not its headers extracted: extracting a
     // `HeaderMap` copies every header of every request.
     let (parts, body) = request.into_parts();
+    let peer = parts.extensions.get::<audit::Peer>().map(|p| p.0);
     let headers = parts.headers;
     // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
     // one with a wrong Host: the check guards against DNS rebinding only if
@@ -439,15 +451,25 @@ async fn serve_mcp(
         .and_then(|h| h.to_str().ok())
         .is_some_and(|host| host_allowed(&gw, host));
     if !host_ok {
+        audit::refused_at_door(
+            peer,
+            if headers.contains_key(header::HOST) {
+                "host_not_allowed"
+            } else {
+                "host_missing"
+            },
+        );
         return forbidden("Host not allowed");
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
         if !ok {
+            audit::refused_at_door(peer, "origin_not_allowed");
             return forbidden("Origin not allowed");
         }
     }
-    let caller = match server::identify(&gw, oauth.as_deref(), &headers).await {
+    let identified = server::identify(&gw, oauth.as_deref(), &headers);
+    let caller = match audit::scope(audit::Context::new(peer, ""), identified).await {
         Ok(c) => c,
         Err(e) => return unauthenticated(oauth.as_deref(), &e),
     };
@@ -459,6 +481,7 @@ async fn serve_mcp(
         caller: &caller,
         headers: Some(&headers),
         connection: None,
+        peer,
     };
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return match server::dispatch_batch(&gw, &inbound, &body).await {
@@ -476,7 +499,7 @@ async fn serve_mcp(
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     if admitted.may_stream() && accepts_sse {
-        return streamed(gw, caller, headers, admitted, oauth).await;
+        return streamed(gw, caller, headers, admitted, oauth, peer).await;
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())
@@ -606,6 +629,7 @@ async fn streamed(
     headers: HeaderMap,
     admitted: Admitted,
     oauth: Option<Arc<Authenticator>>,
+    peer: Option<SocketAddr>,
 ) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     // A listen stream may stay quiet for long: `:` comments keep it alive.
@@ -615,6 +639,7 @@ async fn streamed(
             caller: &caller,
             headers: Some(&headers),
             connection: None,
+            peer,
         };
         server::dispatch(&gw, &inbound, admitted, Some(tx)).await
     });

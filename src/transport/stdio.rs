@@ -60,6 +60,7 @@ where
             caller: &caller,
             headers: None,
             connection: Some(&connection),
+            peer: None,
         };
         let admitted = match server::admit(&gw, &inbound, &line) {
             Ok(a) => a,
@@ -86,6 +87,7 @@ where
                 caller: &caller,
                 headers: None,
                 connection: Some(&connection),
+                peer: None,
             };
             let dispatched = server::dispatch(&gw, &inbound, admitted, Some(tx.clone())).await;
             if let Some(key) = key {

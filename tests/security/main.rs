@@ -31,3 +31,6 @@ mod common;
 mod deploy;
 mod exec_env;
 mod front_door;
+
+mod audit;
+mod lookups;

@@ -99,12 +99,20 @@ pub async fn listen(
     })?;
     let _slot = gw.hold_wait(caller)?;
 
-    // Each id that opens for this caller and names a run its engine knows.
+    // Each id that opens for this caller and names a run its engine knows;
+    // the runs it opens count against server.max_watched_runs_per_caller
+    // (before any engine call) for the life of the stream.
+    let opened: Vec<_> = ids
+        .into_iter()
+        .filter_map(|task_id| {
+            gw.open(caller, Dialect::TasksExtension, task_id)
+                .ok()
+                .map(|(claims, tool)| (task_id, claims, tool))
+        })
+        .collect();
+    let _watching = gw.hold_watched(caller.id(), opened.len())?;
     let mut watched = Vec::new();
-    for task_id in ids {
-        let Ok((claims, tool)) = gw.open(caller, Dialect::TasksExtension, task_id) else {
-            continue;
-        };
+    for (task_id, claims, tool) in opened {
         match gw.read(tool, &claims.native).await {
             Ok(snapshot) => watched.push((task_id, claims, tool, snapshot)),
             Err(CoreError::NotFound) => {}
