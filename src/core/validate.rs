@@ -85,6 +85,12 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     if let Some(rule) = &cfg.auth.default_access {
         check_rule("auth.default_access", rule, problems);
     }
+    if cfg.auth.failures.per_peer > 0 && cfg.auth.failures.window.is_zero() {
+        problems.push(ConfigProblem::new(
+            "auth.failures.window",
+            "must be longer than 0s (per_peer = 0 turns the limit off)",
+        ));
+    }
     for (i, tool) in cfg.tools.iter().enumerate() {
         if let Some(rule) = &tool.access {
             check_rule(&format!("tools[{i}].access"), rule, problems);
@@ -177,6 +183,7 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
     if o.timeout.is_zero() {
         problem("timeout", "must be greater than zero".into());
     }
+    check_token_prefixes(o, &mut problem);
     let mut secrets = Vec::new();
     for (i, issuer) in o.issuers.iter().enumerate() {
         if !is_http_url(&issuer.issuer) {
@@ -252,6 +259,44 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
         config: o.clone(),
         introspection_secrets: secrets,
     })
+}
+
+/// Each opaque token must go to one issuer only: prefixes are non-empty and
+/// unique, and at most one introspecting issuer claims every other token.
+fn check_token_prefixes(o: &OAuthConfig, problem: &mut impl FnMut(&str, String)) {
+    let mut catch_all = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, issuer) in o.issuers.iter().enumerate() {
+        let Some(intro) = &issuer.introspection else {
+            continue;
+        };
+        if intro.token_prefixes.is_empty() {
+            catch_all.push(i);
+        }
+        for p in &intro.token_prefixes {
+            if p.is_empty() {
+                problem(
+                    &format!("issuers[{i}].introspection.token_prefixes"),
+                    "an empty prefix would claim every token; leave the list empty instead".into(),
+                );
+            } else if !seen.insert(p.as_str()) {
+                problem(
+                    &format!("issuers[{i}].introspection.token_prefixes"),
+                    format!("{p:?} is claimed by another issuer too"),
+                );
+            }
+        }
+    }
+    if catch_all.len() > 1 {
+        problem(
+            &format!("issuers[{}].introspection.token_prefixes", catch_all[1]),
+            format!(
+                "{} introspecting issuers list no token_prefixes; an opaque token is shown to one \
+                 issuer only, so give every one but (at most) one the prefixes of its tokens",
+                catch_all.len()
+            ),
+        );
+    }
 }
 
 fn check_keys(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Option<Keyring> {

@@ -4,7 +4,7 @@
 //! answers (JSON or an SSE stream) and sets the session header; the front door
 //! decides everything about the message itself.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -19,7 +19,7 @@ use super::lanes::{lane_count, tick_within, Lanes};
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
-use crate::server::auth::{AuthError, Authenticator};
+use crate::server::auth::{AuthError, Authenticator, FailureLimit};
 use crate::server::{self, Admitted, Dispatched, Inbound};
 
 /// The OAuth resource server of this router, if `[auth.oauth]` is configured.
@@ -28,10 +28,19 @@ type OAuth = Extension<Option<Arc<Authenticator>>>;
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
-    router_with(gw, oauth)
+    let failures = Arc::new(FailureLimit::new(&gw.failures));
+    router_with(gw, oauth, failures)
 }
 
-fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
+/// The address of the peer of a request's connection (a request extension).
+#[derive(Debug, Clone, Copy)]
+struct Peer(IpAddr);
+
+fn router_with(
+    gw: Arc<Gateway>,
+    oauth: Option<Arc<Authenticator>>,
+    failures: Arc<FailureLimit>,
+) -> Router {
     let mut router = Router::new()
         .route(
             "/mcp",
@@ -44,7 +53,10 @@ fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
             router = router.route(&path, get(resource_metadata));
         }
     }
-    router.layer(Extension(oauth)).with_state(gw)
+    router
+        .layer(Extension(oauth))
+        .layer(Extension(failures))
+        .with_state(gw)
 }
 
 /// RFC 9728 Protected Resource Metadata.
@@ -73,6 +85,16 @@ fn unauthenticated(oauth: Option<&Authenticator>, e: &AuthError) -> Response {
         if let Ok(v) = HeaderValue::from_str(&o.challenge(error, None)) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
+    }
+    response
+}
+
+/// A peer over its limit of failed authentications: 429 with `Retry-After`.
+fn too_many_failures(wait: std::time::Duration) -> Response {
+    let mut response = refused(&RpcError::TooManyFailures(wait));
+    let secs = wait.as_millis().div_ceil(1000).max(1).to_string();
+    if let Ok(v) = HeaderValue::from_str(&secs) {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
     }
     response
 }
@@ -115,8 +137,8 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: the listener stays; try again shortly.
                         tracing::warn!(error = %e, "cannot accept a connection");
@@ -134,7 +156,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                     }
                 };
                 let builder = builder.clone();
-                let front = front.clone();
+                let front = front.of(peer.ip());
                 let mut stopping = stop_rx.clone();
                 connections.spawn_on(async move {
                     let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -318,17 +340,31 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
 struct Front {
     gw: Arc<Gateway>,
     oauth: Option<Arc<Authenticator>>,
+    failures: Arc<FailureLimit>,
+    /// The peer of the connection this copy serves.
+    peer: Option<IpAddr>,
     router: hyper_util::service::TowerToHyperService<Router>,
 }
 
 impl Front {
     fn new(gw: Arc<Gateway>) -> Self {
         let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
-        let router = router_with(gw.clone(), oauth.clone());
+        let failures = Arc::new(FailureLimit::new(&gw.failures));
+        let router = router_with(gw.clone(), oauth.clone(), failures.clone());
         Self {
             gw,
             oauth,
+            failures,
+            peer: None,
             router: hyper_util::service::TowerToHyperService::new(router),
+        }
+    }
+
+    /// This front for a connection from `peer`.
+    fn of(&self, peer: IpAddr) -> Self {
+        Self {
+            peer: Some(peer),
+            ..self.clone()
         }
     }
 }
@@ -338,7 +374,11 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
     type Error = std::convert::Infallible;
     type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
 
-    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(Peer(peer));
+        }
+        request.extensions_mut().insert(self.failures.clone());
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
             Box::pin(
@@ -379,9 +419,24 @@ async fn serve_mcp(
             return forbidden("Origin not allowed");
         }
     }
+    // A peer that presented too many refused tokens is turned away before its
+    // token is looked at (no introspection call); only refusals of a presented
+    // token count, not a missing one nor an issuer that could not be asked.
+    let peer = parts.extensions.get::<Peer>().map(|p| p.0);
+    let failures = parts.extensions.get::<Arc<FailureLimit>>();
+    if let (Some(peer), Some(limit)) = (peer, failures) {
+        if let Err(wait) = limit.check(peer) {
+            return too_many_failures(wait);
+        }
+    }
     let caller = match server::identify(&gw, oauth.as_deref(), &headers).await {
         Ok(c) => c,
-        Err(e) => return unauthenticated(oauth.as_deref(), &e),
+        Err(e) => {
+            if let (AuthError::Invalid(_), Some(peer), Some(limit)) = (&e, peer, failures) {
+                limit.failed(peer);
+            }
+            return unauthenticated(oauth.as_deref(), &e);
+        }
     };
     let body = match read_body(&headers, body, &gw.server).await {
         Ok(body) => body,
