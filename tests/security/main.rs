@@ -25,3 +25,4 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod introspection;
+mod terminal;
