@@ -534,3 +534,30 @@ async fn tasks_inner(command: TasksCommand) -> Result<Exit, Exit> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::plain_http_off_host;
+
+    #[test]
+    fn plain_http_off_this_machine_is_told_apart() {
+        for url in [
+            "http://taskgate.example.com/mcp",
+            "http://10.0.0.5:8808/mcp",
+            "http://user@192.0.2.1/mcp",
+            "http://[2001:db8::1]:8808/mcp",
+            "http://localhost.evil.example/mcp",
+        ] {
+            assert!(plain_http_off_host(url), "{url}");
+        }
+        for url in [
+            "https://taskgate.example.com/mcp",
+            "http://127.0.0.1:8808/mcp",
+            "http://127.1.2.3/mcp",
+            "http://localhost:8808/mcp",
+            "http://[::1]:8808/mcp",
+        ] {
+            assert!(!plain_http_off_host(url), "{url}");
+        }
+    }
+}

@@ -972,6 +972,110 @@ mod tests {
     }
 
     #[test]
+    fn token_caches_are_bounded_and_entries_expire() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        let mut cache = TokenCache::new(3);
+        for i in 0..10u8 {
+            cache.insert(digest(&format!("t{i}")), i, later);
+            assert!(cache.len() <= 3);
+        }
+        // The oldest went first.
+        assert_eq!(cache.get(&digest("t9"), now), Some(9));
+        assert_eq!(cache.get(&digest("t6"), now), None);
+        assert!(cache.order.len() <= 6, "{}", cache.order.len());
+        // Re-inserting one key many times keeps the queue bounded.
+        for _ in 0..100 {
+            cache.insert(digest("t9"), 9, later);
+        }
+        assert!(cache.order.len() <= 6, "{}", cache.order.len());
+        assert_eq!(cache.get(&digest("t8"), now), Some(8));
+        // An entry is not answered past its expiry.
+        cache.insert(digest("short"), 1, now + Duration::from_secs(1));
+        assert_eq!(cache.get(&digest("short"), now), Some(1));
+        assert_eq!(
+            cache.get(&digest("short"), now + Duration::from_secs(2)),
+            None
+        );
+        // Capacity 0: nothing is kept.
+        let mut none = TokenCache::new(0);
+        none.insert(digest("x"), 1, later);
+        assert_eq!(none.get(&digest("x"), now), None);
+    }
+
+    #[test]
+    fn an_opaque_token_has_one_issuer_at_most() {
+        let toml = "resource = \"https://tg.test/mcp\"\n\
+             [[issuers]]\nissuer = \"https://a.test/\"\nintrospection = { endpoint = \"https://a.test/i\" }\n\
+             [[issuers]]\nissuer = \"https://b.test/\"\nintrospection = { endpoint = \"https://b.test/i\", token_prefixes = [\"b_\", \"b_long_\"] }\n\
+             [[issuers]]\nissuer = \"https://c.test/\"\nintrospection = { endpoint = \"https://c.test/i\", token_prefixes = [\"b_lo\"] }\n\
+             [[issuers]]\nissuer = \"https://jwt-only.test/\"\n";
+        let config = toml_from(toml);
+        let auth = Authenticator::new(
+            Some(&OAuthSettings {
+                config,
+                introspection_secrets: vec![None; 4],
+            }),
+            Vec::new(),
+        )
+        .unwrap();
+        let to = |t: &str| auth.introspector_of(t).map(|i| i.config.issuer.clone());
+        assert_eq!(to("b_xyz").as_deref(), Some("https://b.test/"));
+        assert_eq!(to("b_lox").as_deref(), Some("https://c.test/"));
+        assert_eq!(
+            to("b_long_x").as_deref(),
+            Some("https://b.test/"),
+            "the longest prefix wins"
+        );
+        assert_eq!(to("ory_at_x").as_deref(), Some("https://a.test/"));
+        assert_eq!(to("").as_deref(), Some("https://a.test/"));
+
+        // Without a catch-all issuer, an unclaimed token goes nowhere.
+        let toml = "resource = \"https://tg.test/mcp\"\n\
+             [[issuers]]\nissuer = \"https://b.test/\"\nintrospection = { endpoint = \"https://b.test/i\", token_prefixes = [\"b_\"] }\n";
+        let auth = Authenticator::new(
+            Some(&OAuthSettings {
+                config: toml_from(toml),
+                introspection_secrets: vec![None],
+            }),
+            Vec::new(),
+        )
+        .unwrap();
+        assert!(auth.introspector_of("ory_at_x").is_none());
+    }
+
+    #[test]
+    fn the_failure_limit_counts_per_peer_and_per_ipv6_network() {
+        let limit = FailureLimit::new(&FailureLimitConfig {
+            per_peer: 2,
+            window: Duration::from_secs(60),
+        });
+        let a: IpAddr = "203.0.113.7".parse().unwrap();
+        let b: IpAddr = "203.0.113.8".parse().unwrap();
+        limit.failed(a);
+        assert!(limit.check(a).is_ok());
+        limit.failed(a);
+        let wait = limit.check(a).unwrap_err();
+        assert!(wait <= Duration::from_secs(60) && wait > Duration::from_secs(50));
+        assert!(limit.check(b).is_ok(), "another peer is not held");
+        // An IPv4-mapped address is the IPv4 peer; one /64 is one peer.
+        assert!(limit.check("::ffff:203.0.113.7".parse().unwrap()).is_err());
+        limit.failed("2001:db8:1:2::1".parse().unwrap());
+        limit.failed("2001:db8:1:2:ffff::9".parse().unwrap());
+        assert!(limit.check("2001:db8:1:2::42".parse().unwrap()).is_err());
+        assert!(limit.check("2001:db8:1:3::1".parse().unwrap()).is_ok());
+        // per_peer = 0 turns it off.
+        let off = FailureLimit::new(&FailureLimitConfig {
+            per_peer: 0,
+            window: Duration::from_secs(60),
+        });
+        for _ in 0..100 {
+            off.failed(a);
+        }
+        assert!(off.check(a).is_ok());
+    }
+
+    #[test]
     fn peek_recognises_only_jws_shapes() {
         let enc = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
         let jws = format!(
