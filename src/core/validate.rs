@@ -491,4 +491,51 @@ mod tests {
         );
         assert!(fine.is_empty(), "{fine:?}");
     }
+
+    #[test]
+    fn opaque_tokens_have_one_issuer_and_the_failure_window_is_positive() {
+        let oauth = |a: &str, b: &str| {
+            format!(
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [\n\
+                 {{ issuer = \"https://a.test/\", introspection = {{ endpoint = \"https://a.test/i\"{a} }} }},\n\
+                 {{ issuer = \"https://b.test/\", introspection = {{ endpoint = \"https://b.test/i\"{b} }} }},\n]\n"
+            )
+        };
+        let table: Vec<(String, &str)> = vec![
+            (
+                oauth("", ""),
+                "auth.oauth.issuers[1].introspection.token_prefixes: 2 introspecting issuers list no token_prefixes",
+            ),
+            (
+                oauth(", token_prefixes = [\"\"]", ""),
+                "auth.oauth.issuers[0].introspection.token_prefixes: an empty prefix",
+            ),
+            (
+                oauth(", token_prefixes = [\"x_\"]", ", token_prefixes = [\"x_\"]"),
+                "auth.oauth.issuers[1].introspection.token_prefixes: \"x_\" is claimed by another issuer",
+            ),
+            (
+                "[auth.failures]\nwindow = \"0s\"\n".to_owned(),
+                "auth.failures.window: must be longer than 0s",
+            ),
+        ];
+        for (extra, want) in table {
+            let got = problems_of(&extra);
+            assert!(
+                got.iter().any(|p| p.starts_with(want)),
+                "{extra}: want {want:?}, got {got:?}"
+            );
+        }
+        for fine in [
+            oauth(", token_prefixes = [\"ory_at_\"]", ""),
+            oauth(
+                ", token_prefixes = [\"a_\"]",
+                ", token_prefixes = [\"b_\", \"b_x\"]",
+            ),
+            "[auth.failures]\nper_peer = 0\nwindow = \"0s\"\n".to_owned(),
+        ] {
+            let got = problems_of(&fine);
+            assert!(got.is_empty(), "{fine}: {got:?}");
+        }
+    }
 }
