@@ -42,7 +42,7 @@ fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
 /// Skips the rest of a CSI sequence: parameter and intermediate bytes, then
 /// its final byte.
 fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
-    while let Some(c) = chars.next() {
+    for c in chars.by_ref() {
         if ('\u{40}'..='\u{7E}').contains(&c) {
             return;
         }

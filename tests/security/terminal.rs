@@ -64,9 +64,7 @@ fn run(mut cmd: Command) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("taskgate");
-    let out = child.wait_with_output().unwrap();
-    out
+    cmd.spawn().expect("taskgate").wait_with_output().unwrap()
 }
 
 fn bin() -> PathBuf {
