@@ -1,6 +1,8 @@
 //! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics`.
 //!
-//! It guards the endpoint (Host, Origin, body size), frames what the front door
+//! It guards the endpoint (Host, Origin, body size, the per-peer limit on failed
+//! authentications of `[auth.failures]`, counted by the connection's peer
+//! address), frames what the front door
 //! answers (JSON or an SSE stream) and sets the session header; the front door
 //! decides everything about the message itself.
 
