@@ -1,10 +1,10 @@
 //! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics`.
 //!
-//! It guards the endpoint (Host, Origin, body size, the per-peer limit on failed
-//! authentications of `[auth.failures]`, counted by the connection's peer
-//! address), frames what the front door
-//! answers (JSON or an SSE stream) and sets the session header; the front door
-//! decides everything about the message itself.
+//! It guards the endpoint (Host, Origin, body size, and the per-peer limit on
+//! failed authentications of `[auth.failures]`, by the connection's peer
+//! address), frames what the front door answers (JSON or an SSE stream) and
+//! sets the session header; the front door decides everything about the
+//! message itself.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
