@@ -96,6 +96,10 @@ pub enum RpcError {
         /// When to retry.
         retry_after_ms: u64,
     },
+    /// The peer presented too many refused bearer tokens within its window
+    /// (`[auth.failures]`); HTTP 429 with `Retry-After`.
+    #[error("Too many failed authentications from this address; retry in {}s", .0.as_secs().max(1))]
+    TooManyFailures(std::time::Duration),
     /// A valid token lacks scopes a tool's access rule asks for (HTTP 403, with a
     /// `WWW-Authenticate: Bearer error="insufficient_scope"` challenge naming them).
     #[error("Insufficient scope: {message}")]
@@ -138,7 +142,7 @@ impl RpcError {
             Self::Internal(_) | Self::RunFailed(_) | Self::Busy(_) | Self::OverQuota { .. } => {
                 INTERNAL_ERROR
             }
-            Self::Forbidden(_) | Self::Unauthorized => INVALID_REQUEST,
+            Self::Forbidden(_) | Self::Unauthorized | Self::TooManyFailures(_) => INVALID_REQUEST,
             Self::InsufficientScope { .. } | Self::AccessDenied(_) => INVALID_PARAMS,
             Self::SessionNotFound => INVALID_PARAMS,
         }
@@ -177,6 +181,7 @@ impl RpcError {
         match self {
             Self::Forbidden(_) | Self::InsufficientScope { .. } | Self::AccessDenied(_) => 403,
             Self::Unauthorized => 401,
+            Self::TooManyFailures(_) => 429,
             Self::SessionNotFound => 404,
             Self::Parse(_) | Self::InvalidRequest(_) => 400,
             Self::MethodNotFound(_) if modern => 404,
@@ -236,6 +241,10 @@ impl RpcError {
             Self::OverQuota { retry_after_ms, .. } => {
                 Some(json!({ "retryable": true, "retryAfterMs": retry_after_ms }))
             }
+            Self::TooManyFailures(wait) => Some(json!({
+                "retryable": true,
+                "retryAfterMs": wait.as_millis().max(1000) as u64,
+            })),
             Self::Engine(EngineError::PermissionDenied { action, .. }) => {
                 Some(json!({ "deniedAction": action }))
             }
@@ -593,6 +602,12 @@ mod tests {
             (RpcError::Engine(EngineError::NotFound), -32602, 200, 200),
             (RpcError::Forbidden("Host not allowed"), -32600, 403, 403),
             (RpcError::Unauthorized, -32600, 401, 401),
+            (
+                RpcError::TooManyFailures(Duration::from_secs(30)),
+                -32600,
+                429,
+                429,
+            ),
             (RpcError::SessionNotFound, -32602, 404, 404),
             (
                 RpcError::from(CoreError::InsufficientScope {

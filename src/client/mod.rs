@@ -8,6 +8,13 @@
 //! `tasks/update`; prints the result; and on Ctrl-C asks whether to
 //! `tasks/cancel`.
 //!
+//! Everything the server says is passed through [`sanitize`] as it arrives,
+//! so questions, status messages, results and errors reach the terminal as
+//! text, without escape sequences or other control characters. Each answer is
+//! bounded in size (`--max-response-bytes`) and time (`--timeout`), and the
+//! whole command in time (`--max-time`). A bearer token about to go over plain
+//! `http://` to a host that is not this machine gets a warning first.
+//!
 //! Exit codes ([`Exit`]): 0 completed, 1 failed (the task failed or its result
 //! is an error), 2 usage or invalid arguments, 3 cancelled, 4 input needed but
 //! no way to answer it (no terminal, no `--answer`), 5 error talking to the
@@ -41,6 +48,7 @@ macro_rules! tell_raw {
 pub mod args;
 pub mod prompt;
 pub mod render;
+pub mod sanitize;
 pub mod watch;
 pub mod wire;
 
@@ -129,6 +137,34 @@ pub struct ServerArgs {
     /// synchronous tool answers when its run ends).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Largest answer accepted from the server, in bytes (an HTTP body, or a
+    /// line from the stdio server); a larger one is an error (exit 5).
+    #[arg(long, value_name = "BYTES", default_value_t = wire::MAX_RESPONSE_BYTES)]
+    pub max_response_bytes: usize,
+    /// Longest the whole command may take (every request and the watching of
+    /// the task); past it the command stops (exit 5) and a started task keeps
+    /// running.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub max_time: Duration,
+}
+
+/// True when `url` is `http://` (not TLS) to a host that is not loopback.
+fn plain_http_off_host(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    !loopback
 }
 
 impl ServerArgs {
@@ -146,6 +182,12 @@ impl ServerArgs {
                 _ => return Err(format!("--token-env: the variable {var} is not set")),
             },
         };
+        if token.is_some() && plain_http_off_host(&url) {
+            tell!(
+                "taskgate: warning: the bearer token goes to {url} over plain http://, readable by \
+                 anyone on the way to a host that is not this machine; use https://"
+            );
+        }
         Ok(Target::Http { url, token })
     }
 
@@ -259,18 +301,38 @@ fn connect(ui: &Ui, server: &ServerArgs, elicitation: bool) -> Result<Connection
         ui.error(&e);
         Exit::Usage
     })?;
-    Connection::open(&target, elicitation, server.timeout).map_err(|e| {
+    let mut conn = Connection::open(&target, elicitation, server.timeout).map_err(|e| {
         ui.error(&e.to_string());
         Exit::Error
-    })
+    })?;
+    conn.max_response_bytes = server.max_response_bytes;
+    Ok(conn)
+}
+
+/// Runs `command` within `--max-time`.
+async fn within(
+    ui: Ui,
+    max_time: Duration,
+    command: impl std::future::Future<Output = Result<Exit, Exit>>,
+) -> Exit {
+    match tokio::time::timeout(max_time, command).await {
+        Ok(Ok(e) | Err(e)) => e,
+        Err(_) => {
+            ui.error(&format!(
+                "stopped after {} (--max-time); a started task keeps running",
+                humantime::format_duration(max_time)
+            ));
+            Exit::Error
+        }
+    }
 }
 
 /// Runs `taskgate call`.
 pub async fn call(args: CallArgs) -> ExitCode {
     let ui = Ui::detect(args.output.json, args.output.quiet);
-    match call_inner(&args, ui).await {
-        Ok(e) | Err(e) => e.into(),
-    }
+    within(ui, args.server.max_time, call_inner(&args, ui))
+        .await
+        .into()
 }
 
 async fn call_inner(args: &CallArgs, ui: Ui) -> Result<Exit, Exit> {
@@ -387,9 +449,14 @@ async fn call_inner(args: &CallArgs, ui: Ui) -> Result<Exit, Exit> {
 
 /// Runs `taskgate tasks …`.
 pub async fn tasks(command: TasksCommand) -> ExitCode {
-    match tasks_inner(command).await {
-        Ok(e) | Err(e) => e.into(),
-    }
+    let (server, output) = match &command {
+        TasksCommand::Get { server, output, .. }
+        | TasksCommand::Result { server, output, .. }
+        | TasksCommand::Cancel { server, output, .. } => (server, output),
+    };
+    let ui = Ui::detect(output.json, output.quiet);
+    let max_time = server.max_time;
+    within(ui, max_time, tasks_inner(command)).await.into()
 }
 
 async fn tasks_inner(command: TasksCommand) -> Result<Exit, Exit> {
@@ -464,6 +531,33 @@ async fn tasks_inner(command: TasksCommand) -> Result<Exit, Exit> {
                 Exit::Cancelled | Exit::Completed | Exit::Failed => Exit::Completed,
                 other => other,
             })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_http_off_host;
+
+    #[test]
+    fn plain_http_off_this_machine_is_told_apart() {
+        for url in [
+            "http://taskgate.example.com/mcp",
+            "http://10.0.0.5:8808/mcp",
+            "http://user@192.0.2.1/mcp",
+            "http://[2001:db8::1]:8808/mcp",
+            "http://localhost.evil.example/mcp",
+        ] {
+            assert!(plain_http_off_host(url), "{url}");
+        }
+        for url in [
+            "https://taskgate.example.com/mcp",
+            "http://127.0.0.1:8808/mcp",
+            "http://127.1.2.3/mcp",
+            "http://localhost:8808/mcp",
+            "http://[::1]:8808/mcp",
+        ] {
+            assert!(!plain_http_off_host(url), "{url}");
         }
     }
 }

@@ -127,8 +127,9 @@ impl Progress {
 
     /// Shows `status` and `message`.
     pub fn update(&mut self, status: &str, message: Option<&str>) {
-        let message = message.unwrap_or_default().to_owned();
-        let line = (status.to_owned(), message);
+        // On one line: a line feed in a status message would scroll the spinner.
+        let message = super::sanitize::line(message.unwrap_or_default());
+        let line = (super::sanitize::line(status), message);
         if self.last.as_ref() == Some(&line) {
             return;
         }
@@ -354,7 +355,7 @@ pub fn print_task(ui: &Ui, task: &Value) {
     };
     say!("status: {shown}");
     if let Some(m) = task["statusMessage"].as_str() {
-        say!("message: {m}");
+        say!("message: {}", super::sanitize::line(m));
     }
     for field in ["createdAt", "lastUpdatedAt"] {
         if let Some(t) = task[field].as_str() {

@@ -6,6 +6,11 @@
 //! `_meta`; over HTTP the `Mcp-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
 //! headers repeat them, and arguments whose schema names an `x-mcp-header` are
 //! mirrored in `Mcp-Param-*` headers.
+//!
+//! What comes back is bounded — at most [`Connection::max_response_bytes`] per
+//! answer, each request within its deadline, body included — and every string
+//! in it (results, errors, the stdio server's stderr) is passed through
+//! [`sanitize`](super::sanitize) before anything else sees it.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -14,13 +19,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::sanitize;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// The protocol version the client speaks.
 pub const VERSION: &str = "2026-07-28";
 /// The tasks extension id.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The default bound of one answer: 16 MiB.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Where the server is.
 #[derive(Debug, Clone)]
@@ -81,6 +90,9 @@ pub enum WireError {
     /// No answer within the deadline.
     #[error("no answer from the server within {0:?}")]
     Timeout(Duration),
+    /// The answer is larger than `--max-response-bytes`.
+    #[error("the server's answer is larger than {0} bytes (--max-response-bytes)")]
+    TooLarge(usize),
     /// The stdio server could not be started.
     #[error("cannot start `taskgate serve --stdio`: {source}")]
     Spawn {
@@ -143,6 +155,8 @@ pub struct Connection {
     pub elicitation: bool,
     /// The deadline of each request.
     pub timeout: Duration,
+    /// The largest answer accepted, in bytes.
+    pub max_response_bytes: usize,
 }
 
 enum Transport {
@@ -157,7 +171,7 @@ enum Transport {
 struct StdioServer {
     child: Child,
     stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+    out: BufReader<ChildStdout>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
 }
 
@@ -190,6 +204,7 @@ impl Connection {
             next_id: 0,
             elicitation,
             timeout,
+            max_response_bytes: MAX_RESPONSE_BYTES,
         })
     }
 
@@ -248,6 +263,7 @@ impl Connection {
         let id = self.next_id;
         let name = mcp_name(method, &params);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let max = self.max_response_bytes;
         let message = match &mut self.transport {
             Transport::Http { http, url, token } => {
                 let mut req = http
@@ -266,13 +282,20 @@ impl Connection {
                 if let Some(token) = token {
                     req = req.bearer_auth(token);
                 }
-                http_exchange(req.body(body.to_string()), url, id, timeout).await?
-            }
-            Transport::Stdio(server) => tokio::time::timeout(timeout, server.exchange(&body, id))
+                tokio::time::timeout(
+                    timeout,
+                    http_exchange(req.body(body.to_string()), url, id, timeout, max),
+                )
                 .await
-                .map_err(|_| WireError::Timeout(timeout))??,
+                .map_err(|_| WireError::Timeout(timeout))??
+            }
+            Transport::Stdio(server) => {
+                tokio::time::timeout(timeout, server.exchange(&body, id, max))
+                    .await
+                    .map_err(|_| WireError::Timeout(timeout))??
+            }
         };
-        into_result(message)
+        into_result(sanitize::value(message))
     }
 }
 
@@ -310,6 +333,7 @@ async fn http_exchange(
     url: &str,
     id: u64,
     timeout: Duration,
+    max: usize,
 ) -> Result<Value, WireError> {
     let unreachable = |source: reqwest::Error| {
         if source.is_timeout() {
@@ -321,14 +345,24 @@ async fn http_exchange(
             }
         }
     };
-    let response = req.send().await.map_err(unreachable)?;
+    let mut response = req.send().await.map_err(unreachable)?;
     let status = response.status().as_u16();
     let sse = response
         .headers()
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let text = response.text().await.map_err(unreachable)?;
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(WireError::TooLarge(max));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+        if bytes.len() + chunk.len() > max {
+            return Err(WireError::TooLarge(max));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let message = if sse {
         sse_response(&text, id)
     } else {
@@ -336,10 +370,7 @@ async fn http_exchange(
     };
     match message {
         Some(m) if status == 401 && m.get("error").is_some() => Err(WireError::Unauthorized {
-            message: m["error"]["message"]
-                .as_str()
-                .unwrap_or("unauthorized")
-                .to_owned(),
+            message: sanitize::line(m["error"]["message"].as_str().unwrap_or("unauthorized")),
         }),
         Some(m) if m.get("result").is_some() || m.get("error").is_some() => Ok(m),
         _ => Err(WireError::Http {
@@ -378,7 +409,7 @@ fn into_result(mut message: Value) -> Result<Value, WireError> {
     }
     match message.get_mut("result").map(Value::take) {
         Some(result @ Value::Object(_)) => Ok(result),
-        _ => Err(WireError::Malformed(message.to_string())),
+        _ => Err(WireError::Malformed(shown(&message.to_string()))),
     }
 }
 
@@ -417,7 +448,7 @@ impl StdioServer {
         Ok(Self {
             child,
             stdin,
-            lines: BufReader::new(stdout).lines(),
+            out: BufReader::new(stdout),
             stderr,
         })
     }
@@ -429,11 +460,11 @@ impl StdioServer {
         let tail = self.stderr.lock().expect("stderr tail");
         let bytes: Vec<u8> = tail.iter().copied().collect();
         WireError::ServerGone {
-            stderr: String::from_utf8_lossy(&bytes).into_owned(),
+            stderr: sanitize::text(&String::from_utf8_lossy(&bytes)),
         }
     }
 
-    async fn exchange(&mut self, body: &Value, id: u64) -> Result<Value, WireError> {
+    async fn exchange(&mut self, body: &Value, id: u64, max: usize) -> Result<Value, WireError> {
         let mut line = body.to_string();
         line.push('\n');
         if self.stdin.write_all(line.as_bytes()).await.is_err() || self.stdin.flush().await.is_err()
@@ -441,10 +472,11 @@ impl StdioServer {
             return Err(self.gone().await);
         }
         loop {
-            match self.lines.next_line().await {
-                Ok(Some(line)) => {
+            match read_line_within(&mut self.out, max).await {
+                Ok(Some(None)) => return Err(WireError::TooLarge(max)),
+                Ok(Some(Some(line))) => {
                     let Ok(message) = serde_json::from_str::<Value>(&line) else {
-                        return Err(WireError::Malformed(line));
+                        return Err(WireError::Malformed(shown(&line)));
                     };
                     // Notifications (progress) and other ids are not ours.
                     if message["id"] == json!(id) {
@@ -453,6 +485,45 @@ impl StdioServer {
                 }
                 Ok(None) | Err(_) => return Err(self.gone().await),
             }
+        }
+    }
+}
+
+/// Unparsable text from the server, cleaned and cut to a length fit for an
+/// error line.
+fn shown(text: &str) -> String {
+    let clean = sanitize::line(text);
+    match clean.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &clean[..i]),
+        None => clean,
+    }
+}
+
+/// The next line of `out` (without its line feed): `Some(None)` when it is
+/// longer than `max` bytes, `None` at the end of the stream.
+async fn read_line_within(
+    out: &mut BufReader<ChildStdout>,
+    max: usize,
+) -> std::io::Result<Option<Option<String>>> {
+    let mut line = Vec::new();
+    loop {
+        let available = out.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(
+                (!line.is_empty()).then(|| Some(String::from_utf8_lossy(&line).into_owned()))
+            );
+        }
+        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (available.len(), false),
+        };
+        line.extend_from_slice(&available[..take]);
+        out.consume(if done { take + 1 } else { take });
+        if line.len() > max {
+            return Ok(Some(None));
+        }
+        if done {
+            return Ok(Some(Some(String::from_utf8_lossy(&line).into_owned())));
         }
     }
 }

@@ -294,6 +294,40 @@ pub struct AuthConfig {
     /// rule (a scope, say, or `[{ callers = ["*"] }]` for all of them). Write
     /// `default_access = []` to close every tool that does not name its callers.
     pub default_access: Option<Vec<AccessRule>>,
+    /// The limit on failed authentications per peer (`[auth.failures]`).
+    #[serde(default)]
+    pub failures: FailureLimitConfig,
+}
+
+/// `[auth.failures]`: how many refused bearer tokens one peer may present.
+///
+/// A failure is a request whose bearer token is refused (unknown static token,
+/// invalid or inactive access token); a request without a token, or one whose
+/// issuer could not be reached, is not. Past the limit, every request from that
+/// peer is answered HTTP 429 with `Retry-After` (the seconds until its window
+/// ends, also as `retryAfterMs` in the JSON-RPC error's `data`) before its token
+/// is looked at, so it costs no introspection call. Peers are told apart by IP
+/// address; an IPv6 peer by its /64 network. Peers behind one NAT or proxy share
+/// a count.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FailureLimitConfig {
+    /// Most failed authentications one peer may make per `window`. `0` turns the
+    /// limit off. Default 20.
+    pub per_peer: u32,
+    /// The window the failures are counted in (it starts with a peer's first
+    /// failure). Default `1m`.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for FailureLimitConfig {
+    fn default() -> Self {
+        Self {
+            per_peer: 20,
+            window: Duration::from_secs(60),
+        }
+    }
 }
 
 /// A network of `server.insecure_anonymous_networks`: an address and how many
@@ -440,6 +474,21 @@ pub struct OAuthConfig {
     /// How long fetched keys are used before they are fetched again. Default `1h`.
     #[serde(default = "default_jwks_max_age", with = "humantime_serde")]
     pub jwks_max_age: Duration,
+    /// Longest an introspection answer "active" is reused without asking the
+    /// issuer again (never past the token's `exp`): a token revoked at the issuer
+    /// may still be admitted for this long. `0s` asks on every request. Answers
+    /// are kept under the token's SHA-256, never the token. Default `60s`.
+    #[serde(default = "default_introspection_ttl", with = "humantime_serde")]
+    pub introspection_cache_ttl: Duration,
+    /// How long a token its issuer called inactive (or that it refused: wrong
+    /// audience, expired, …) is refused again without asking. `0s` asks on every
+    /// request. Default `60s`.
+    #[serde(default = "default_introspection_ttl", with = "humantime_serde")]
+    pub introspection_negative_ttl: Duration,
+    /// Most tokens each of the two introspection caches (active, refused) holds;
+    /// past it the oldest entries go first. Default 10000.
+    #[serde(default = "default_introspection_cache_entries")]
+    pub introspection_cache_entries: usize,
 }
 
 /// One trusted authorization server.
@@ -473,6 +522,14 @@ pub struct IntrospectionConfig {
     pub client_secret_env: Option<String>,
     /// File that holds that client's secret.
     pub client_secret_file: Option<PathBuf>,
+    /// The beginnings of the opaque tokens this issuer issues (ORY Hydra's
+    /// access tokens begin `ory_at_`). An opaque token is shown to one issuer
+    /// only: the one with the longest of these prefixes it begins with, else the
+    /// one introspecting issuer that lists none; a token no issuer claims is
+    /// refused without a call. At most one introspecting issuer may list none.
+    /// Default: none.
+    #[serde(default)]
+    pub token_prefixes: Vec<String>,
 }
 
 fn default_caller_claim() -> String {
@@ -493,6 +550,14 @@ fn default_jwks_min_refresh() -> Duration {
 
 fn default_jwks_max_age() -> Duration {
     Duration::from_secs(3600)
+}
+
+fn default_introspection_ttl() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_introspection_cache_entries() -> usize {
+    10_000
 }
 
 fn default_algorithms() -> Vec<String> {

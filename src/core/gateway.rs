@@ -128,6 +128,8 @@ pub struct Gateway {
     pub oauth: Option<super::validate::OAuthSettings>,
     /// The stdio caller's scopes and groups (`[auth.local]`).
     pub local: super::config::LocalCallerConfig,
+    /// The limit on failed authentications per peer (`[auth.failures]`).
+    pub failures: super::config::FailureLimitConfig,
     /// The engine instances by name (for `check-config` probes).
     pub engines: BTreeMap<String, Arc<dyn taskgate_engine::Engine>>,
     waits: Arc<WaitSlots>,
@@ -247,6 +249,7 @@ impl Gateway {
                 access,
                 local,
                 oauth: checked.oauth,
+                failures: cfg.auth.failures.clone(),
                 engines: built,
             }),
             _ => Err(ConfigFileError {

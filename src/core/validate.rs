@@ -165,6 +165,12 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     if let Some(rule) = &cfg.auth.default_access {
         check_rule("auth.default_access", rule, problems);
     }
+    if cfg.auth.failures.per_peer > 0 && cfg.auth.failures.window.is_zero() {
+        problems.push(ConfigProblem::new(
+            "auth.failures.window",
+            "must be longer than 0s (per_peer = 0 turns the limit off)",
+        ));
+    }
     for (i, tool) in cfg.tools.iter().enumerate() {
         if let Some(rule) = &tool.access {
             check_rule(&format!("tools[{i}].access"), rule, problems);
@@ -260,6 +266,7 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
     if o.timeout.is_zero() {
         problem("timeout", "must be greater than zero".into());
     }
+    check_token_prefixes(o, &mut problem);
     let mut secrets = Vec::new();
     for (i, issuer) in o.issuers.iter().enumerate() {
         if !is_http_url(&issuer.issuer) {
@@ -335,6 +342,44 @@ fn check_oauth(o: &OAuthConfig, problems: &mut Vec<ConfigProblem>) -> Option<OAu
         config: o.clone(),
         introspection_secrets: secrets,
     })
+}
+
+/// Each opaque token must go to one issuer only: prefixes are non-empty and
+/// unique, and at most one introspecting issuer claims every other token.
+fn check_token_prefixes(o: &OAuthConfig, problem: &mut impl FnMut(&str, String)) {
+    let mut catch_all = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, issuer) in o.issuers.iter().enumerate() {
+        let Some(intro) = &issuer.introspection else {
+            continue;
+        };
+        if intro.token_prefixes.is_empty() {
+            catch_all.push(i);
+        }
+        for p in &intro.token_prefixes {
+            if p.is_empty() {
+                problem(
+                    &format!("issuers[{i}].introspection.token_prefixes"),
+                    "an empty prefix would claim every token; leave the list empty instead".into(),
+                );
+            } else if !seen.insert(p.as_str()) {
+                problem(
+                    &format!("issuers[{i}].introspection.token_prefixes"),
+                    format!("{p:?} is claimed by another issuer too"),
+                );
+            }
+        }
+    }
+    if catch_all.len() > 1 {
+        problem(
+            &format!("issuers[{}].introspection.token_prefixes", catch_all[1]),
+            format!(
+                "{} introspecting issuers list no token_prefixes; an opaque token is shown to one \
+                 issuer only, so give every one but (at most) one the prefixes of its tokens",
+                catch_all.len()
+            ),
+        );
+    }
 }
 
 fn check_keys(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Option<Keyring> {
@@ -596,5 +641,52 @@ mod tests {
                 .any(|p| p.contains("base64 text of at least 32 random bytes")),
             "{weak:?}"
         );
+    }
+
+    #[test]
+    fn opaque_tokens_have_one_issuer_and_the_failure_window_is_positive() {
+        let oauth = |a: &str, b: &str| {
+            format!(
+                "[auth.oauth]\nresource = \"https://tg.test/mcp\"\nissuers = [\n\
+                 {{ issuer = \"https://a.test/\", introspection = {{ endpoint = \"https://a.test/i\"{a} }} }},\n\
+                 {{ issuer = \"https://b.test/\", introspection = {{ endpoint = \"https://b.test/i\"{b} }} }},\n]\n"
+            )
+        };
+        let table: Vec<(String, &str)> = vec![
+            (
+                oauth("", ""),
+                "auth.oauth.issuers[1].introspection.token_prefixes: 2 introspecting issuers list no token_prefixes",
+            ),
+            (
+                oauth(", token_prefixes = [\"\"]", ""),
+                "auth.oauth.issuers[0].introspection.token_prefixes: an empty prefix",
+            ),
+            (
+                oauth(", token_prefixes = [\"x_\"]", ", token_prefixes = [\"x_\"]"),
+                "auth.oauth.issuers[1].introspection.token_prefixes: \"x_\" is claimed by another issuer",
+            ),
+            (
+                "[auth.failures]\nwindow = \"0s\"\n".to_owned(),
+                "auth.failures.window: must be longer than 0s",
+            ),
+        ];
+        for (extra, want) in table {
+            let got = problems_of(&extra);
+            assert!(
+                got.iter().any(|p| p.starts_with(want)),
+                "{extra}: want {want:?}, got {got:?}"
+            );
+        }
+        for fine in [
+            oauth(", token_prefixes = [\"ory_at_\"]", ""),
+            oauth(
+                ", token_prefixes = [\"a_\"]",
+                ", token_prefixes = [\"b_\", \"b_x\"]",
+            ),
+            "[auth.failures]\nper_peer = 0\nwindow = \"0s\"\n".to_owned(),
+        ] {
+            let got = problems_of(&fine);
+            assert!(got.is_empty(), "{fine}: {got:?}");
+        }
     }
 }

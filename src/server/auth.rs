@@ -11,23 +11,38 @@
 //!   OpenID Connect discovery), are kept for `jwks_max_age`, and are fetched
 //!   again when a token names an unknown `kid` — at most once per
 //!   `jwks_min_refresh`, so forged `kid`s cannot make taskgate hammer the issuer.
+//! - An opaque token is shown to one issuer only, chosen by configuration: the
+//!   one whose `token_prefixes` it begins with (the longest prefix wins), else
+//!   the one introspecting issuer without prefixes; a token no issuer claims is
+//!   refused without any call. So one issuer never sees another's tokens, and
+//!   an unreachable issuer fails only its own tokens.
+//! - Introspection answers are cached under the token's SHA-256 (the token
+//!   itself is not kept): "active" for `introspection_cache_ttl` but never past
+//!   the token's `exp`, "inactive" or refused for `introspection_negative_ttl`;
+//!   each cache holds at most `introspection_cache_entries` (oldest out first).
+//!   A repeated bad token thus costs one call per negative TTL. "Could not ask"
+//!   is never cached.
 //! - Every call to an authorization server has the `timeout` deadline.
+//! - [`FailureLimit`] bounds the refused tokens one peer may present per window
+//!   (`[auth.failures]`); the HTTP transport asks it before any token is checked.
 //! - A token is never logged, never put in an error, and never sent anywhere but
 //!   to its own issuer's introspection endpoint (no token passthrough: engines
 //!   use taskgate's own credentials).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::IpAddr;
 use std::str::FromStr;
-use std::sync::RwLock;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{json, Value};
+use sha2::{Digest as _, Sha256};
 
-use crate::core::config::{IssuerConfig, OAuthConfig};
+use crate::core::config::{FailureLimitConfig, IssuerConfig, OAuthConfig};
 use crate::core::validate::OAuthSettings;
 use crate::core::Caller;
 
@@ -70,6 +85,168 @@ pub struct Authenticator {
     issuers: Vec<Issuer>,
     scopes_supported: Vec<String>,
     http: reqwest::Client,
+    /// Opaque tokens an issuer called active: their callers.
+    active: Mutex<TokenCache<Caller>>,
+    /// Opaque tokens an issuer called inactive, or that were refused: the reason.
+    refused: Mutex<TokenCache<&'static str>>,
+}
+
+/// The SHA-256 of a token: what the caches key on.
+type TokenDigest = [u8; 32];
+
+fn digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A bounded map from token digests to answers, each with its own expiry; past
+/// `capacity` the oldest entries go first.
+struct TokenCache<V> {
+    capacity: usize,
+    entries: HashMap<TokenDigest, (V, Instant, u64)>,
+    /// Insertion order (digest, sequence number); stale pairs are skipped.
+    order: VecDeque<(TokenDigest, u64)>,
+    next: u64,
+}
+
+impl<V: Clone> TokenCache<V> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            next: 0,
+        }
+    }
+
+    fn get(&mut self, key: &TokenDigest, now: Instant) -> Option<V> {
+        match self.entries.get(key) {
+            Some((v, expires, _)) if *expires > now => Some(v.clone()),
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn insert(&mut self, key: TokenDigest, value: V, expires: Instant) {
+        if self.capacity == 0 {
+            return;
+        }
+        self.next += 1;
+        self.entries.insert(key, (value, expires, self.next));
+        self.order.push_back((key, self.next));
+        while self.entries.len() > self.capacity {
+            let Some((old, seq)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&old).is_some_and(|e| e.2 == seq) {
+                self.entries.remove(&old);
+            }
+        }
+        // Replaced and expired entries leave stale pairs behind: keep the queue
+        // within twice the map.
+        if self.order.len() > 2 * self.capacity.max(self.entries.len()) {
+            let entries = &self.entries;
+            self.order
+                .retain(|(k, seq)| entries.get(k).is_some_and(|e| e.2 == *seq));
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Counts failed authentications per peer (`[auth.failures]`): past `per_peer`
+/// failures in one window, the peer is refused until the window ends.
+pub struct FailureLimit {
+    config: FailureLimitConfig,
+    /// Per peer key: when its window started, and its failures in it.
+    peers: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+/// Most peers [`FailureLimit`] tracks at once; past it, peers whose window has
+/// ended are forgotten, and then the one whose window started first.
+const TRACKED_PEERS: usize = 65_536;
+
+impl FailureLimit {
+    /// A limit with `config`.
+    #[must_use]
+    pub fn new(config: &FailureLimitConfig) -> Self {
+        Self {
+            config: config.clone(),
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The key of a peer: its address, an IPv6 address cut to its /64 (one host
+    /// commonly holds a whole /64); an IPv4-mapped IPv6 address as IPv4.
+    fn key(peer: IpAddr) -> IpAddr {
+        match peer {
+            IpAddr::V4(_) => peer,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    let s = v6.segments();
+                    IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+                }
+            },
+        }
+    }
+
+    /// `Err(wait)` when `peer` has used up its failures: how long until its
+    /// window ends.
+    ///
+    /// # Errors
+    ///
+    /// The time to wait, when the peer is refused.
+    pub fn check(&self, peer: IpAddr) -> Result<(), Duration> {
+        if self.config.per_peer == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let peers = self.peers.lock().expect("failure limit");
+        match peers.get(&Self::key(peer)) {
+            Some((start, n)) if *n >= self.config.per_peer => {
+                let ends = *start + self.config.window;
+                if ends > now {
+                    Err(ends - now)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts one failed authentication of `peer`.
+    pub fn failed(&self, peer: IpAddr) {
+        if self.config.per_peer == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let window = self.config.window;
+        let mut peers = self.peers.lock().expect("failure limit");
+        let key = Self::key(peer);
+        if !peers.contains_key(&key) && peers.len() >= TRACKED_PEERS {
+            peers.retain(|_, (start, _)| *start + window > now);
+            if peers.len() >= TRACKED_PEERS {
+                if let Some(oldest) = peers.iter().min_by_key(|(_, (s, _))| *s).map(|(k, _)| *k) {
+                    peers.remove(&oldest);
+                }
+            }
+        }
+        let entry = peers.entry(key).or_insert((now, 0));
+        if entry.0 + window <= now {
+            *entry = (now, 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+        if entry.1 == self.config.per_peer {
+            tracing::warn!(peer = %key, failures = entry.1, "a peer reached the limit of failed authentications; refusing it for the rest of the window");
+        }
+    }
 }
 
 /// What was learnt from one issuer's metadata.
@@ -162,11 +339,14 @@ impl Authenticator {
             })
             .collect();
         let scopes_supported = config.scopes_supported.clone().unwrap_or(rule_scopes);
+        let entries = config.introspection_cache_entries;
         Some(Self {
             config,
             issuers,
             scopes_supported,
             http,
+            active: Mutex::new(TokenCache::new(entries)),
+            refused: Mutex::new(TokenCache::new(entries)),
         })
     }
 
@@ -240,23 +420,73 @@ impl Authenticator {
         if let Some((header, payload)) = peek(token) {
             return self.validate_jwt(token, &header, &payload).await;
         }
-        let mut tried = false;
-        for issuer in self
-            .issuers
-            .iter()
-            .filter(|i| i.config.introspection.is_some())
-        {
-            tried = true;
-            match self.introspect(issuer, token).await? {
-                Some(caller) => return Ok(caller),
-                None => continue,
-            }
+        let Some(issuer) = self.introspector_of(token) else {
+            let any = self
+                .issuers
+                .iter()
+                .any(|i| i.config.introspection.is_some());
+            return Err(AuthError::Invalid(if any {
+                "no_issuer_for_token"
+            } else {
+                "not_a_jwt"
+            }));
+        };
+        let key = digest(token);
+        let now = Instant::now();
+        if let Some(caller) = self.active.lock().expect("cache").get(&key, now) {
+            return Ok(caller);
         }
-        Err(AuthError::Invalid(if tried {
-            "inactive_token"
-        } else {
-            "not_a_jwt"
-        }))
+        if let Some(reason) = self.refused.lock().expect("cache").get(&key, now) {
+            return Err(AuthError::Invalid(reason));
+        }
+        match self.introspect(issuer, token).await {
+            Ok((caller, exp)) => {
+                let mut ttl = self.config.introspection_cache_ttl;
+                if let Some(exp) = exp {
+                    ttl = ttl.min(Duration::from_secs(exp.saturating_sub(now_secs())));
+                }
+                if !ttl.is_zero() {
+                    self.active
+                        .lock()
+                        .expect("cache")
+                        .insert(key, caller.clone(), now + ttl);
+                }
+                Ok(caller)
+            }
+            Err(AuthError::Invalid(reason)) => {
+                let ttl = self.config.introspection_negative_ttl;
+                if !ttl.is_zero() {
+                    self.refused
+                        .lock()
+                        .expect("cache")
+                        .insert(key, reason, now + ttl);
+                }
+                Err(AuthError::Invalid(reason))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The one issuer an opaque token may be shown to: the introspecting issuer
+    /// with the longest of its `token_prefixes` that the token begins with, else
+    /// the one introspecting issuer without prefixes (config validation allows
+    /// at most one).
+    fn introspector_of(&self, token: &str) -> Option<&Issuer> {
+        let introspecting = || {
+            self.issuers
+                .iter()
+                .filter_map(|i| i.config.introspection.as_ref().map(|c| (i, c)))
+        };
+        introspecting()
+            .flat_map(|(i, c)| c.token_prefixes.iter().map(move |p| (i, p)))
+            .filter(|(_, p)| !p.is_empty() && token.starts_with(p.as_str()))
+            .max_by_key(|(_, p)| p.len())
+            .map(|(i, _)| i)
+            .or_else(|| {
+                introspecting()
+                    .find(|(_, c)| c.token_prefixes.is_empty())
+                    .map(|(i, _)| i)
+            })
     }
 
     fn caller(&self, issuer: &str, claims: &Value) -> Result<Caller, AuthError> {
@@ -437,10 +667,15 @@ impl Authenticator {
         Err(last.unwrap_or_else(|| unavailable(id, "no metadata")))
     }
 
-    /// Asks `issuer` about an opaque token: `Ok(None)` when it is not active there.
-    async fn introspect(&self, issuer: &Issuer, token: &str) -> Result<Option<Caller>, AuthError> {
+    /// Asks `issuer` about an opaque token: its caller and `exp`, or
+    /// [`AuthError::Invalid`] (`inactive_token` when the issuer says it is not active).
+    async fn introspect(
+        &self,
+        issuer: &Issuer,
+        token: &str,
+    ) -> Result<(Caller, Option<u64>), AuthError> {
         let Some(intro) = &issuer.config.introspection else {
-            return Ok(None);
+            return Err(AuthError::Invalid("inactive_token"));
         };
         let id = issuer.config.issuer.as_str();
         let endpoint = match &intro.endpoint {
@@ -474,9 +709,10 @@ impl Authenticator {
             .await
             .map_err(|e| unavailable(id, format!("introspection: {e}")))?;
         if claims.get("active") != Some(&Value::Bool(true)) {
-            return Ok(None);
+            return Err(AuthError::Invalid("inactive_token"));
         }
-        self.check_introspected(id, &claims).map(Some)
+        let exp = claims.get("exp").and_then(Value::as_u64);
+        self.check_introspected(id, &claims).map(|c| (c, exp))
     }
 
     fn check_introspected(&self, issuer: &str, claims: &Value) -> Result<Caller, AuthError> {
@@ -733,6 +969,110 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.reason(), "bad_signature");
+    }
+
+    #[test]
+    fn token_caches_are_bounded_and_entries_expire() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        let mut cache = TokenCache::new(3);
+        for i in 0..10u8 {
+            cache.insert(digest(&format!("t{i}")), i, later);
+            assert!(cache.len() <= 3);
+        }
+        // The oldest went first.
+        assert_eq!(cache.get(&digest("t9"), now), Some(9));
+        assert_eq!(cache.get(&digest("t6"), now), None);
+        assert!(cache.order.len() <= 6, "{}", cache.order.len());
+        // Re-inserting one key many times keeps the queue bounded.
+        for _ in 0..100 {
+            cache.insert(digest("t9"), 9, later);
+        }
+        assert!(cache.order.len() <= 6, "{}", cache.order.len());
+        assert_eq!(cache.get(&digest("t8"), now), Some(8));
+        // An entry is not answered past its expiry.
+        cache.insert(digest("short"), 1, now + Duration::from_secs(1));
+        assert_eq!(cache.get(&digest("short"), now), Some(1));
+        assert_eq!(
+            cache.get(&digest("short"), now + Duration::from_secs(2)),
+            None
+        );
+        // Capacity 0: nothing is kept.
+        let mut none = TokenCache::new(0);
+        none.insert(digest("x"), 1, later);
+        assert_eq!(none.get(&digest("x"), now), None);
+    }
+
+    #[test]
+    fn an_opaque_token_has_one_issuer_at_most() {
+        let toml = "resource = \"https://tg.test/mcp\"\n\
+             [[issuers]]\nissuer = \"https://a.test/\"\nintrospection = { endpoint = \"https://a.test/i\" }\n\
+             [[issuers]]\nissuer = \"https://b.test/\"\nintrospection = { endpoint = \"https://b.test/i\", token_prefixes = [\"b_\", \"b_long_\"] }\n\
+             [[issuers]]\nissuer = \"https://c.test/\"\nintrospection = { endpoint = \"https://c.test/i\", token_prefixes = [\"b_lo\"] }\n\
+             [[issuers]]\nissuer = \"https://jwt-only.test/\"\n";
+        let config = toml_from(toml);
+        let auth = Authenticator::new(
+            Some(&OAuthSettings {
+                config,
+                introspection_secrets: vec![None; 4],
+            }),
+            Vec::new(),
+        )
+        .unwrap();
+        let to = |t: &str| auth.introspector_of(t).map(|i| i.config.issuer.clone());
+        assert_eq!(to("b_xyz").as_deref(), Some("https://b.test/"));
+        assert_eq!(to("b_lox").as_deref(), Some("https://c.test/"));
+        assert_eq!(
+            to("b_long_x").as_deref(),
+            Some("https://b.test/"),
+            "the longest prefix wins"
+        );
+        assert_eq!(to("ory_at_x").as_deref(), Some("https://a.test/"));
+        assert_eq!(to("").as_deref(), Some("https://a.test/"));
+
+        // Without a catch-all issuer, an unclaimed token goes nowhere.
+        let toml = "resource = \"https://tg.test/mcp\"\n\
+             [[issuers]]\nissuer = \"https://b.test/\"\nintrospection = { endpoint = \"https://b.test/i\", token_prefixes = [\"b_\"] }\n";
+        let auth = Authenticator::new(
+            Some(&OAuthSettings {
+                config: toml_from(toml),
+                introspection_secrets: vec![None],
+            }),
+            Vec::new(),
+        )
+        .unwrap();
+        assert!(auth.introspector_of("ory_at_x").is_none());
+    }
+
+    #[test]
+    fn the_failure_limit_counts_per_peer_and_per_ipv6_network() {
+        let limit = FailureLimit::new(&FailureLimitConfig {
+            per_peer: 2,
+            window: Duration::from_secs(60),
+        });
+        let a: IpAddr = "203.0.113.7".parse().unwrap();
+        let b: IpAddr = "203.0.113.8".parse().unwrap();
+        limit.failed(a);
+        assert!(limit.check(a).is_ok());
+        limit.failed(a);
+        let wait = limit.check(a).unwrap_err();
+        assert!(wait <= Duration::from_secs(60) && wait > Duration::from_secs(50));
+        assert!(limit.check(b).is_ok(), "another peer is not held");
+        // An IPv4-mapped address is the IPv4 peer; one /64 is one peer.
+        assert!(limit.check("::ffff:203.0.113.7".parse().unwrap()).is_err());
+        limit.failed("2001:db8:1:2::1".parse().unwrap());
+        limit.failed("2001:db8:1:2:ffff::9".parse().unwrap());
+        assert!(limit.check("2001:db8:1:2::42".parse().unwrap()).is_err());
+        assert!(limit.check("2001:db8:1:3::1".parse().unwrap()).is_ok());
+        // per_peer = 0 turns it off.
+        let off = FailureLimit::new(&FailureLimitConfig {
+            per_peer: 0,
+            window: Duration::from_secs(60),
+        });
+        for _ in 0..100 {
+            off.failed(a);
+        }
+        assert!(off.check(a).is_ok());
     }
 
     #[test]

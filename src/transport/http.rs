@@ -1,9 +1,11 @@
 //! Streamable HTTP transport: `POST /mcp`, plus `/healthz` and `/metrics` (the
 //! latter on its own port when `server.metrics_listen` is set).
 //!
-//! It guards the endpoint (Host, Origin, body size), frames what the front door
-//! answers (JSON or an SSE stream) and sets the session header; the front door
-//! decides everything about the message itself.
+//! It guards the endpoint (Host, Origin, body size, and the per-peer limit on
+//! failed authentications of `[auth.failures]`, by the connection's peer
+//! address), frames what the front door answers (JSON or an SSE stream) and
+//! sets the session header; the front door decides everything about the
+//! message itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use crate::core::config::IpNetwork;
 use crate::core::Gateway;
 use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
-use crate::server::auth::{AuthError, Authenticator};
+use crate::server::auth::{AuthError, Authenticator, FailureLimit};
 use crate::server::{self, Admitted, Dispatched, Inbound};
 
 /// The OAuth resource server of this router, if `[auth.oauth]` is configured.
@@ -31,10 +33,15 @@ type OAuth = Extension<Option<Arc<Authenticator>>>;
 /// The router serving `gw`.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
-    router_with(gw, oauth)
+    let failures = Arc::new(FailureLimit::new(&gw.failures));
+    router_with(gw, oauth, failures)
 }
 
-fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
+fn router_with(
+    gw: Arc<Gateway>,
+    oauth: Option<Arc<Authenticator>>,
+    failures: Arc<FailureLimit>,
+) -> Router {
     let mut router = Router::new()
         .route(
             "/mcp",
@@ -50,7 +57,10 @@ fn router_with(gw: Arc<Gateway>, oauth: Option<Arc<Authenticator>>) -> Router {
             router = router.route(&path, get(resource_metadata));
         }
     }
-    router.layer(Extension(oauth)).with_state(gw)
+    router
+        .layer(Extension(oauth))
+        .layer(Extension(failures))
+        .with_state(gw)
 }
 
 /// RFC 9728 Protected Resource Metadata.
@@ -79,6 +89,16 @@ fn unauthenticated(oauth: Option<&Authenticator>, e: &AuthError) -> Response {
         if let Ok(v) = HeaderValue::from_str(&o.challenge(error, None)) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
+    }
+    response
+}
+
+/// A peer over its limit of failed authentications: 429 with `Retry-After`.
+fn too_many_failures(wait: std::time::Duration) -> Response {
+    let mut response = refused(&RpcError::TooManyFailures(wait));
+    let secs = wait.as_millis().div_ceil(1000).max(1).to_string();
+    if let Ok(v) = HeaderValue::from_str(&secs) {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
     }
     response
 }
@@ -337,6 +357,7 @@ fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
 struct Front {
     gw: Arc<Gateway>,
     oauth: Option<Arc<Authenticator>>,
+    failures: Arc<FailureLimit>,
     router: hyper_util::service::TowerToHyperService<Router>,
     /// No authentication is configured: every HTTP caller is `anonymous`.
     anonymous: bool,
@@ -352,7 +373,8 @@ struct Front {
 impl Front {
     fn new(gw: Arc<Gateway>) -> Self {
         let oauth = Authenticator::new(gw.oauth.as_ref(), gw.access.scopes()).map(Arc::new);
-        let router = router_with(gw.clone(), oauth.clone());
+        let failures = Arc::new(FailureLimit::new(&gw.failures));
+        let router = router_with(gw.clone(), oauth.clone(), failures.clone());
         let anonymous = gw.bearer.is_empty() && oauth.is_none();
         // Checked when the configuration was loaded.
         let networks = gw
@@ -364,6 +386,7 @@ impl Front {
         Self {
             gw,
             oauth,
+            failures,
             router: hyper_util::service::TowerToHyperService::new(router),
             anonymous,
             networks,
@@ -413,6 +436,7 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
         if let Some(peer) = self.peer {
             request.extensions_mut().insert(audit::Peer(peer));
         }
+        request.extensions_mut().insert(self.failures.clone());
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
             Box::pin(
@@ -468,10 +492,25 @@ async fn serve_mcp(
             return forbidden("Origin not allowed");
         }
     }
+    // A peer that presented too many refused tokens is turned away before its
+    // token is looked at (no introspection call); only refusals of a presented
+    // token count, not a missing one nor an issuer that could not be asked.
+    let failures = parts.extensions.get::<Arc<FailureLimit>>();
+    if let (Some(peer), Some(limit)) = (peer, failures) {
+        if let Err(wait) = limit.check(peer.ip()) {
+            audit::refused_at_door(Some(peer), "too_many_failures");
+            return too_many_failures(wait);
+        }
+    }
     let identified = server::identify(&gw, oauth.as_deref(), &headers);
     let caller = match audit::scope(audit::Context::new(peer, ""), identified).await {
         Ok(c) => c,
-        Err(e) => return unauthenticated(oauth.as_deref(), &e),
+        Err(e) => {
+            if let (AuthError::Invalid(_), Some(peer), Some(limit)) = (&e, peer, failures) {
+                limit.failed(peer.ip());
+            }
+            return unauthenticated(oauth.as_deref(), &e);
+        }
     };
     let body = match read_body(&headers, body, &gw.server).await {
         Ok(body) => body,

@@ -33,4 +33,6 @@ mod exec_env;
 mod front_door;
 
 mod audit;
+mod introspection;
 mod lookups;
+mod terminal;
