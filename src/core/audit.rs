@@ -3,7 +3,9 @@
 //! door or by an access rule.
 //!
 //! An event holds the time (from the log subscriber), the caller, the tool, the
-//! dialect, a short reference to the run, and the outcome. It never holds tool
+//! dialect, a short reference to the run, and the outcome. An answer's event
+//! also names the caller who started the run (`starter`) and, for an approval,
+//! the caller who gave or refused it (`approver`). It never holds tool
 //! arguments, answers, tokens or task handles. The run reference is the first 12
 //! hex digits of SHA-256 over the tool and the engine's native reference: one
 //! run always gets the same reference, on every replica, and an operator who
@@ -92,6 +94,49 @@ pub fn record(
         action = action.label(),
         caller = caller,
         tool = tool.unwrap_or(""),
+        dialect = dialect.map_or("", dialect_label),
+        run = run.unwrap_or(""),
+        outcome = word,
+        reason = reason,
+        "audit"
+    );
+}
+
+/// Who answered an input request of whose run: the answering caller, the
+/// caller who started the run, and whether the question was an approval.
+#[derive(Debug, Clone, Copy)]
+pub struct Answerer<'a> {
+    /// The caller answering.
+    pub caller: &'a str,
+    /// The caller who started the run.
+    pub starter: &'a str,
+    /// The question answered is an approval gate.
+    pub approval: bool,
+}
+
+/// Writes the event of an answer (or a refused answer) to a run's input
+/// request: as [`record`], with the run's `starter` and, for an approval, its
+/// `approver`.
+pub fn record_answer(
+    who: Answerer<'_>,
+    tool: &str,
+    dialect: Option<Dialect>,
+    run: Option<&str>,
+    outcome: Outcome,
+) {
+    let (word, reason) = match outcome {
+        Outcome::Ok => ("ok", ""),
+        Outcome::Failed => ("failed", ""),
+        Outcome::Refused(why) => ("refused", why),
+    };
+    tracing::info!(
+        target: TARGET,
+        action = Action::Answer.label(),
+        caller = who.caller,
+        starter = who.starter,
+        approver = if who.approval { who.caller } else { "" },
+        approval = who.approval,
+        tool = tool,
         dialect = dialect.map_or("", dialect_label),
         run = run.unwrap_or(""),
         outcome = word,

@@ -89,6 +89,15 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
         if let Some(rule) = &tool.access {
             check_rule(&format!("tools[{i}].access"), rule, problems);
         }
+        if let Some(rule) = &tool.answer_access {
+            check_rule(&format!("tools[{i}].answer_access"), rule, problems);
+        }
+        if tool.approval_inputs.iter().any(|k| k.trim().is_empty()) {
+            problems.push(ConfigProblem::new(
+                format!("tools[{i}].approval_inputs"),
+                "an input request key may not be empty",
+            ));
+        }
     }
     let oauth = cfg
         .auth

@@ -24,3 +24,4 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod approvals;
