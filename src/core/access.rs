@@ -317,6 +317,33 @@ mod tests {
         }
     }
 
+    /// Answers follow `answer_access` where a tool sets it, else its `access`
+    /// (else the default): a caller of the tool is not thereby an approver, and
+    /// an approver need not be a caller.
+    #[test]
+    fn answers_follow_answer_access_else_access() {
+        let policy = AccessPolicy {
+            default: everyone(),
+            tools: vec![
+                ("deploy".into(), vec![alt(&["alice", "carol"], &[], &[])]),
+                ("build".into(), vec![alt(&["alice"], &[], &[])]),
+            ],
+            answers: vec![("deploy".into(), vec![alt(&[], &[], &["release"])])],
+        };
+        let alice = who("alice", &[], &[]);
+        let carol = who("carol", &[], &[]);
+        let bob = who("bob", &[], &["release"]);
+        assert_eq!(policy.decide(&carol, "deploy"), Decision::Allowed);
+        assert_eq!(policy.decide_answer(&carol, "deploy"), Decision::Denied);
+        assert_eq!(policy.decide(&bob, "deploy"), Decision::Denied);
+        assert_eq!(policy.decide_answer(&bob, "deploy"), Decision::Allowed);
+        // No answer_access: the tool's own rule, then the default.
+        assert_eq!(policy.decide_answer(&alice, "build"), Decision::Allowed);
+        assert_eq!(policy.decide_answer(&bob, "build"), Decision::Denied);
+        assert_eq!(policy.decide_answer(&bob, "other"), Decision::Allowed);
+        assert!(!policy.is_uniform());
+    }
+
     #[test]
     fn caller_reads_as_its_id() {
         let c = who("alice", &["s"], &[]);

@@ -439,6 +439,14 @@ mod tests {
                 "tools[0].access[1]: give at least one",
             ),
             (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\nanswer_access = [{ groups = [\" \"] }]\n",
+                "tools[0].answer_access[0]: empty names",
+            ),
+            (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\napproval_inputs = [\"\"]\n",
+                "tools[0].approval_inputs: an input request key may not be empty",
+            ),
+            (
                 "[[tools]]\nname = \"taskgate_logs\"\nengine = \"e\"\n",
                 "tools[0].name: \"taskgate_logs\": names starting with taskgate_ are taskgate's own",
             ),

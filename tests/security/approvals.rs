@@ -334,3 +334,106 @@ async fn a_form_is_still_answered_inside_the_creating_call() {
         "{done}"
     );
 }
+
+/// A 2025-06-18 client (stdio, the local user) whose call waits: the
+/// question comes as `elicitation/create` with its ticket. Answering it with
+/// the request's own id is an answer inside the creating call; answering it
+/// with the ticket is the starter approving their own run under four eyes:
+/// both are dropped (a JSON-RPC response gets no reply), audited, and reach
+/// nothing.
+#[tokio::test]
+async fn a_waiting_legacy_call_cannot_approve_its_own_run() {
+    let gate = tool(
+        "gate",
+        "hybrid",
+        "ask.sh",
+        "approval_inputs = [\"approve\"]\nfour_eyes = true\nlegacy = \"wait\"\nmax_wait = \"60s\"",
+    );
+    let setup = Setup::with(Options {
+        extra: gate,
+        ..Options::default()
+    });
+    let mut server = common::StdioServer::start(&setup);
+    let init = server
+        .request_raw(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": { "elicitation": {} },
+                    "clientInfo": { "name": "legacy-stdio", "version": "1" } }),
+        )
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    server
+        .send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    let call = server
+        .send_request(
+            "tools/call",
+            json!({ "name": "gate", "arguments": { "label": "prod" } }),
+        )
+        .await;
+    // The question arrives on stdout while the call waits.
+    let asked: Value = wait_for("the elicitation/create request", LIMIT, async || {
+        server.request_raw("ping", json!({})).await;
+        server
+            .seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|m| m["method"] == "elicitation/create")
+            .ok_or_else(|| server.seen.join("\n"))
+    })
+    .await;
+    let ticket = asked["params"]["_meta"]["taskgate/approval"]["ticket"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no approval ticket: {asked}"))
+        .to_owned();
+    let answer = json!({ "action": "accept", "content": { "ok": true } });
+    for id in [asked["id"].clone(), json!(ticket)] {
+        server
+            .send(&json!({ "jsonrpc": "2.0", "id": id, "result": answer }))
+            .await;
+    }
+    let audit = wait_for("both refusals in the audit trail", LIMIT, async || {
+        server.request_raw("ping", json!({})).await;
+        let audit: Vec<String> = server
+            .stderr_text()
+            .lines()
+            .filter(|l| l.contains("taskgate::audit"))
+            .map(plain)
+            .collect();
+        let has = |reason: &str| {
+            audit
+                .iter()
+                .any(|l| l.contains("outcome=\"refused\"") && l.contains(reason))
+        };
+        if has("reason=\"approval_in_call\"") && has("reason=\"four_eyes\"") {
+            Ok(audit)
+        } else {
+            Err(audit.join("\n"))
+        }
+    })
+    .await;
+    assert!(
+        !audit.iter().any(|l| l.contains("action=\"answer\"") && l.contains("outcome=\"ok\"")),
+        "{}",
+        audit.join("\n")
+    );
+    let mut delivered = Vec::new();
+    for run in setup.runs() {
+        for entry in std::fs::read_dir(run.join("input")).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".response.json") {
+                delivered.push(entry.path());
+            }
+        }
+    }
+    assert!(delivered.is_empty(), "an answer reached the run: {delivered:?}");
+    // The call is still waiting: no response to it has been written.
+    assert!(
+        !server
+            .seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|m| m["id"] == call && m.get("method").is_none()),
+        "the call finished: {}",
+        server.seen.join("\n")
+    );
+}
