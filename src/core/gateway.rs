@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use taskgate_engine::{
     CallMeter, Capabilities, Deadlines, EngineError, InputRequest, InputResponse, Pipeline,
-    RetryCancel,
-    RunState, SingleFlight, Snapshot, StartRequest, ToolDecl,
+    RetryCancel, RunState, SingleFlight, Snapshot, StartRequest, ToolDecl,
 };
 
 use super::access::{AccessPolicy, Caller, Decision};

@@ -102,8 +102,7 @@ pub fn ask(
         params.insert("message".into(), json!(request.message));
         params.insert("requestedSchema".into(), request.requested_schema.clone());
         decorate(&mut params);
-        if let Some(Value::Object(approval)) =
-            approval_meta(gw, caller, tool, native, key, request)
+        if let Some(Value::Object(approval)) = approval_meta(gw, caller, tool, native, key, request)
         {
             let meta = params
                 .entry("_meta")

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
+use super::input::{approval_meta, APPROVAL_META};
 use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
@@ -22,12 +23,11 @@ use super::wire::{
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
-use super::input::{approval_meta, APPROVAL_META};
 use crate::core::gateway::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use taskgate_engine::InputRequest;
 use crate::rpc::{Body, Member, Params, RpcError};
+use taskgate_engine::InputRequest;
 
 mod listen;
 pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
@@ -73,10 +73,7 @@ pub async fn handle(
             }
             // An approval ticket in place of a task id: an approver's view of,
             // and answer to, the one question it names.
-            if let Some(ticket) = params
-                .task_id()
-                .filter(|id| id.starts_with(TICKET_PREFIX))
-            {
+            if let Some(ticket) = params.task_id().filter(|id| id.starts_with(TICKET_PREFIX)) {
                 return by_ticket(gw, caller, method, params, ticket, &declared).await;
             }
             let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;

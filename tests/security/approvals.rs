@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::{
-    self, tool_script, toml_str, wait_for, Bearer, Client, Options, Server, Setup, LABEL_SCHEMA,
+    self, toml_str, tool_script, wait_for, Bearer, Client, Options, Server, Setup, LABEL_SCHEMA,
 };
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -56,7 +56,11 @@ impl Fixture {
         );
         let form = tool("form", "hybrid", "ask_form.sh", "input_wait = \"20s\"");
         let setup = Setup::with(Options {
-            bearer: vec![Bearer::new("alice"), Bearer::new("bob"), Bearer::new("carol")],
+            bearer: vec![
+                Bearer::new("alice"),
+                Bearer::new("bob"),
+                Bearer::new("carol"),
+            ],
             extra: format!("{deploy}{gate}{form}"),
             ..Options::default()
         });
@@ -184,17 +188,12 @@ async fn four_eyes_keep_the_starter_from_approving_and_let_an_allowed_approver_i
     // The approver cannot open the starter's task handle: the binding holds.
     let foreign = bob.get_reply(&task).await;
     assert_eq!(foreign.error()["code"], -32602, "{}", foreign.raw);
-    assert!(
-        foreign.message().contains("not found"),
-        "{}",
-        foreign.raw
-    );
+    assert!(foreign.message().contains("not found"), "{}", foreign.raw);
     // The ticket shows the approver the one question, not the run's result.
     let seen = bob.get(&ticket).await;
     assert_eq!(seen["status"], "input_required", "{seen}");
     assert_eq!(
-        seen["inputRequests"]["approve"]["params"]["message"],
-        "Deploy prod?",
+        seen["inputRequests"]["approve"]["params"]["message"], "Deploy prod?",
         "{seen}"
     );
     // A ticket altered by one character opens nothing.
@@ -209,7 +208,12 @@ async fn four_eyes_keep_the_starter_from_approving_and_let_an_allowed_approver_i
     // The approver answers with the ticket: the run goes on.
     let approved = bob.update(&ticket, json!({ "approve": accept() })).await;
     assert_eq!(approved.status, 200, "{}", approved.raw);
-    assert_eq!(approved.result()["resultType"], "complete", "{}", approved.raw);
+    assert_eq!(
+        approved.result()["resultType"],
+        "complete",
+        "{}",
+        approved.raw
+    );
     let done = alice.wait_terminal(&task, LIMIT).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(
@@ -246,7 +250,10 @@ async fn four_eyes_keep_the_starter_from_approving_and_let_an_allowed_approver_i
     assert!(refused("alice", "four_eyes"), "{}", audit.join("\n"));
     assert!(refused("carol", "access_rule"), "{}", audit.join("\n"));
     for line in &audit {
-        assert!(!line.contains(&ticket), "a ticket in the audit trail: {line}");
+        assert!(
+            !line.contains(&ticket),
+            "a ticket in the audit trail: {line}"
+        );
     }
 }
 
@@ -260,11 +267,18 @@ async fn an_approval_is_not_taken_inside_the_creating_call() {
     let alice = f.as_("alice");
     // A synchronous caller (elicitation, no tasks extension): the question
     // comes back as input_required, with its ticket.
-    let first = sync_call(&alice, json!({ "name": "gate", "arguments": { "label": "prod" } })).await;
+    let first = sync_call(
+        &alice,
+        json!({ "name": "gate", "arguments": { "label": "prod" } }),
+    )
+    .await;
     assert_eq!(first.status, 200, "{}", first.raw);
     let result = first.result().clone();
     assert_eq!(result["resultType"], "input_required", "{result}");
-    assert!(ticket_of(&result["inputRequests"]["approve"]).is_some(), "{result}");
+    assert!(
+        ticket_of(&result["inputRequests"]["approve"]).is_some(),
+        "{result}"
+    );
     let retry = sync_call(
         &alice,
         json!({
@@ -289,15 +303,19 @@ async fn an_approval_is_not_taken_inside_the_creating_call() {
     assert_eq!(call.result()["resultType"], "task", "{}", call.raw);
     let task = call.result()["taskId"].as_str().unwrap().to_owned();
     let asked = alice.until_status(&task, "input_required", LIMIT).await;
-    assert!(ticket_of(&asked["inputRequests"]["approve"]).is_some(), "{asked}");
+    assert!(
+        ticket_of(&asked["inputRequests"]["approve"]).is_some(),
+        "{asked}"
+    );
     let later = alice.update(&task, json!({ "approve": accept() })).await;
     assert_eq!(later.status, 200, "{}", later.raw);
     let done = alice.wait_terminal(&task, LIMIT).await;
     assert_eq!(done["status"], "completed", "{done}");
     let audit = f.audit();
     assert!(
-        audit.iter().any(|l| l.contains("reason=\"approval_in_call\"")
-            && l.contains("starter=\"alice\"")),
+        audit
+            .iter()
+            .any(|l| l.contains("reason=\"approval_in_call\"") && l.contains("starter=\"alice\"")),
         "{}",
         audit.join("\n")
     );
@@ -313,7 +331,10 @@ async fn a_form_is_still_answered_inside_the_creating_call() {
     let result = first.result().clone();
     assert_eq!(result["resultType"], "input_required", "{}", first.raw);
     let request = &result["inputRequests"]["form"];
-    assert!(ticket_of(request).is_none(), "a form has no ticket: {request}");
+    assert!(
+        ticket_of(request).is_none(),
+        "a form has no ticket: {request}"
+    );
     let retry = alice
         .request(
             "tools/call",
@@ -413,19 +434,32 @@ async fn a_waiting_legacy_call_cannot_approve_its_own_run() {
     })
     .await;
     assert!(
-        !audit.iter().any(|l| l.contains("action=\"answer\"") && l.contains("outcome=\"ok\"")),
+        !audit
+            .iter()
+            .any(|l| l.contains("action=\"answer\"") && l.contains("outcome=\"ok\"")),
         "{}",
         audit.join("\n")
     );
     let mut delivered = Vec::new();
     for run in setup.runs() {
-        for entry in std::fs::read_dir(run.join("input")).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".response.json") {
+        for entry in std::fs::read_dir(run.join("input"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".response.json")
+            {
                 delivered.push(entry.path());
             }
         }
     }
-    assert!(delivered.is_empty(), "an answer reached the run: {delivered:?}");
+    assert!(
+        delivered.is_empty(),
+        "an answer reached the run: {delivered:?}"
+    );
     // The call is still waiting: no response to it has been written.
     assert!(
         !server

@@ -22,6 +22,6 @@
 //! The chart's controls (item 13) are checked by `tests/helm/chart.sh`; the
 //! dependency audit (item 14) by `scripts/audit.sh` under `.ci/run`.
 
+mod approvals;
 #[path = "../common/mod.rs"]
 mod common;
-mod approvals;

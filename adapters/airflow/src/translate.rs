@@ -936,7 +936,10 @@ mod tests {
             assert_eq!(parse_request_key(bad), None, "{bad}");
         }
         let req = input_request(q);
-        assert!(req.approval, "an ApprovalOperator's question is an approval gate");
+        assert!(
+            req.approval,
+            "an ApprovalOperator's question is an approval gate"
+        );
         let mut form = q.clone();
         form.task_instance.operator = Some("HITLEntryOperator".into());
         form.task_instance.operator_name = Some("HITLEntryOperator".into());
