@@ -471,3 +471,54 @@ async fn a_waiting_legacy_call_cannot_approve_its_own_run() {
         server.seen.join("\n")
     );
 }
+
+/// The terminal client approves with a ticket as it answers a task:
+/// `taskgate tasks result --answer … TICKET`. The starter's attempt is refused
+/// under four eyes; the approver's lets the run finish.
+#[tokio::test]
+async fn the_terminal_client_approves_with_a_ticket_and_refuses_the_starter() {
+    let f = Fixture::start().await;
+    let alice = f.as_("alice");
+    let task = alice.start_task("deploy", json!({ "label": "cli" })).await;
+    let asked = alice.until_status(&task, "input_required", LIMIT).await;
+    let ticket = ticket_of(&asked["inputRequests"]["approve"])
+        .unwrap_or_else(|| panic!("no approval ticket: {asked}"));
+    let cli = |who: &str| {
+        let bearer = Bearer::new(who);
+        let mut cmd = f.setup.command(&[
+            "tasks",
+            "result",
+            "--url",
+            &f.server.url(),
+            "--token-env",
+            &bearer.var,
+            "--json",
+            "--answer",
+            "ok=true",
+            &ticket,
+        ]);
+        cmd.env(&bearer.var, &bearer.token);
+        let mut child = std::process::Command::from(cmd);
+        child.stdin(std::process::Stdio::null());
+        child
+    };
+    let starter = tokio::task::spawn_blocking({
+        let mut cmd = cli("alice");
+        move || cmd.output().expect("run taskgate")
+    })
+    .await
+    .unwrap();
+    assert!(!starter.status.success(), "{starter:?}");
+    let said = String::from_utf8_lossy(&starter.stderr);
+    assert!(said.contains("four eyes"), "{said}");
+    assert!(f.answers_delivered().is_empty());
+    let approver = tokio::task::spawn_blocking({
+        let mut cmd = cli("bob");
+        move || cmd.output().expect("run taskgate")
+    })
+    .await
+    .unwrap();
+    assert!(approver.status.success(), "{approver:?}");
+    let done = alice.wait_terminal(&task, LIMIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
