@@ -498,9 +498,8 @@ async fn the_terminal_client_approves_with_a_ticket_and_refuses_the_starter() {
             &ticket,
         ]);
         cmd.env(&bearer.var, &bearer.token);
-        let mut child = std::process::Command::from(cmd);
-        child.stdin(std::process::Stdio::null());
-        child
+        cmd.stdin(std::process::Stdio::null());
+        cmd
     };
     let starter = tokio::task::spawn_blocking({
         let mut cmd = cli("alice");
