@@ -164,7 +164,9 @@ impl RpcError {
                 scopes: scopes.clone(),
                 message: e.to_string(),
             },
-            CoreError::Forbidden(_) => Self::AccessDenied(e.to_string()),
+            CoreError::Forbidden(_) | CoreError::ApprovalRefused { .. } => {
+                Self::AccessDenied(e.to_string())
+            }
             other @ (CoreError::UnknownTool(_)
             | CoreError::InvalidArguments { .. }
             | CoreError::NotCancellable(_)

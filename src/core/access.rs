@@ -4,8 +4,9 @@
 //! A tool's rule is a list of alternatives; an alternative admits a caller when
 //! every condition it gives holds (one of its `callers`, all of its `scopes`, one
 //! of its `groups`). A caller admitted by no alternative does not see the tool in
-//! `tools/list`, and its calls, cancels and answers are refused before any engine
-//! call. When an alternative fails only for want of scopes, the refusal names
+//! `tools/list`, and its calls and cancels are refused before any engine call.
+//! Answers to a run's input requests follow the tool's `answer_access` (by
+//! default the same rule). When an alternative fails only for want of scopes, the refusal names
 //! them, so an OAuth client can ask for a token that has them (step-up).
 
 use std::collections::BTreeSet;
@@ -92,6 +93,8 @@ pub struct AccessPolicy {
     default: Vec<AccessRule>,
     /// Tool name → its own rule.
     tools: Vec<(String, Vec<AccessRule>)>,
+    /// Tool name → its own rule for answers (`answer_access`).
+    answers: Vec<(String, Vec<AccessRule>)>,
 }
 
 /// The default for tools that say nothing: every caller who got through the front door.
@@ -113,6 +116,11 @@ impl AccessPolicy {
                 .iter()
                 .filter_map(|t| t.access.clone().map(|a| (t.name.clone(), a)))
                 .collect(),
+            answers: cfg
+                .tools
+                .iter()
+                .filter_map(|t| t.answer_access.clone().map(|a| (t.name.clone(), a)))
+                .collect(),
         }
     }
 
@@ -123,6 +131,22 @@ impl AccessPolicy {
             .iter()
             .find(|(name, _)| name == tool)
             .map_or(&self.default, |(_, rule)| rule)
+    }
+
+    /// The rule for answering the input requests of `tool`'s runs: its
+    /// `answer_access`, else the rule that applies to the tool.
+    #[must_use]
+    pub fn answer_rule(&self, tool: &str) -> &[AccessRule] {
+        self.answers
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map_or_else(|| self.rule(tool), |(_, rule)| rule)
+    }
+
+    /// What the answer rule of `tool` says about `caller`.
+    #[must_use]
+    pub fn decide_answer(&self, caller: &Caller, tool: &str) -> Decision {
+        decide(self.answer_rule(tool), caller)
     }
 
     /// True when every caller sees the same tools (no rule names anyone), so a
@@ -145,6 +169,7 @@ impl AccessPolicy {
         let all: BTreeSet<&String> = self
             .tools
             .iter()
+            .chain(&self.answers)
             .flat_map(|(_, r)| r.iter())
             .chain(self.default.iter())
             .flat_map(|a| a.scopes.iter())
@@ -290,6 +315,33 @@ mod tests {
         for (name, rule, caller, want) in table {
             assert_eq!(decide(&rule, &caller), want, "{name}");
         }
+    }
+
+    /// Answers follow `answer_access` where a tool sets it, else its `access`
+    /// (else the default): a caller of the tool is not thereby an approver, and
+    /// an approver need not be a caller.
+    #[test]
+    fn answers_follow_answer_access_else_access() {
+        let policy = AccessPolicy {
+            default: everyone(),
+            tools: vec![
+                ("deploy".into(), vec![alt(&["alice", "carol"], &[], &[])]),
+                ("build".into(), vec![alt(&["alice"], &[], &[])]),
+            ],
+            answers: vec![("deploy".into(), vec![alt(&[], &[], &["release"])])],
+        };
+        let alice = who("alice", &[], &[]);
+        let carol = who("carol", &[], &[]);
+        let bob = who("bob", &[], &["release"]);
+        assert_eq!(policy.decide(&carol, "deploy"), Decision::Allowed);
+        assert_eq!(policy.decide_answer(&carol, "deploy"), Decision::Denied);
+        assert_eq!(policy.decide(&bob, "deploy"), Decision::Denied);
+        assert_eq!(policy.decide_answer(&bob, "deploy"), Decision::Allowed);
+        // No answer_access: the tool's own rule, then the default.
+        assert_eq!(policy.decide_answer(&alice, "build"), Decision::Allowed);
+        assert_eq!(policy.decide_answer(&bob, "build"), Decision::Denied);
+        assert_eq!(policy.decide_answer(&bob, "other"), Decision::Allowed);
+        assert!(!policy.is_uniform());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! came from (`IP:PORT` on HTTP, `stdio`), a request id (one per HTTP request
 //! or stdio message; every event of one request carries the same), the
 //! JSON-RPC method, the tool, the dialect, a short reference to the run, and the
-//! outcome. It never holds tool arguments, answers, tokens or task handles.
+//! outcome. An answer's event also names the caller who started the run
+//! (`starter`) and, for an approval, the caller who gave or refused it
+//! (`approver`). It never holds tool arguments, answers, tokens or task handles.
 //!
 //! The events have a sink of their own (see `taskgate serve --audit-log`): the
 //! server's log filter (`TASKGATE_LOG`) neither selects nor silences them. The run reference is the first 12
@@ -192,6 +194,59 @@ pub fn record(
             request = request,
             method = method,
             tool = tool.unwrap_or(""),
+            dialect = dialect.map_or("", dialect_label),
+            run = run.unwrap_or(""),
+            outcome = word,
+            reason = reason,
+            "audit"
+        );
+    };
+    if CONTEXT.try_with(|c| emit(Some(c))).is_err() {
+        emit(None);
+    }
+}
+
+/// Who answered an input request of whose run: the answering caller, the
+/// caller who started the run, and whether the question was an approval.
+#[derive(Debug, Clone, Copy)]
+pub struct Answerer<'a> {
+    /// The caller answering.
+    pub caller: &'a str,
+    /// The caller who started the run.
+    pub starter: &'a str,
+    /// The question answered is an approval gate.
+    pub approval: bool,
+}
+
+/// Writes the event of an answer (or a refused answer) to a run's input
+/// request: as [`record`], with the run's `starter` and, for an approval, its
+/// `approver`.
+pub fn record_answer(
+    who: Answerer<'_>,
+    tool: &str,
+    dialect: Option<Dialect>,
+    run: Option<&str>,
+    outcome: Outcome,
+) {
+    let (word, reason) = match outcome {
+        Outcome::Ok => ("ok", ""),
+        Outcome::Failed => ("failed", ""),
+        Outcome::Refused(why) => ("refused", why),
+    };
+    let emit = |context: Option<&Context>| {
+        let (peer, request, method) =
+            context.map_or(("", "", ""), |c| (&*c.peer, &*c.request, &*c.method));
+        tracing::info!(
+            target: TARGET,
+            action = Action::Answer.label(),
+            caller = who.caller,
+            starter = who.starter,
+            approver = if who.approval { who.caller } else { "" },
+            approval = who.approval,
+            peer = peer,
+            request = request,
+            method = method,
+            tool = tool,
             dialect = dialect.map_or("", dialect_label),
             run = run.unwrap_or(""),
             outcome = word,

@@ -633,9 +633,27 @@ pub struct ToolConfig {
     /// retry that answers it. Default `0s`: tasks are created at once.
     #[serde(default, with = "humantime_serde")]
     pub input_wait: Option<Duration>,
-    /// Who may see and call this tool (and cancel or answer its runs): a list of
+    /// Who may see and call this tool (and cancel its runs): a list of
     /// alternatives, any one of which admits a caller. Default: `auth.default_access`.
     pub access: Option<Vec<AccessRule>>,
+    /// Who may answer the input requests of this tool's runs (fill its forms,
+    /// approve or refuse its approval gates), in the shape of `access`. Default:
+    /// the tool's `access`. A caller it admits answers an approval with the
+    /// question's approval ticket even if it may not call the tool.
+    pub answer_access: Option<Vec<AccessRule>>,
+    /// Four eyes: the caller who started a run may not answer its approvals;
+    /// another caller admitted by `answer_access` must, with the approval
+    /// ticket. Default `false`. Whatever it says, an approval is never taken
+    /// inside the `tools/call` that started the run.
+    #[serde(default)]
+    pub four_eyes: bool,
+    /// Keys of input requests that are approvals besides the engine's own gates
+    /// (a Kubernetes `approval`, a GitHub `environment_approval`, a Step
+    /// Functions human step, an Airflow `ApprovalOperator` are approvals
+    /// already); `["*"]` makes every question of the tool one. For exec tools,
+    /// the name the process gives its request file. Default: none.
+    #[serde(default)]
+    pub approval_inputs: Vec<String>,
     /// The engine-specific target (a state machine, a Job template, a workflow, a
     /// command). See each engine's section.
     #[serde(default = "empty_table")]

@@ -68,6 +68,11 @@ pub enum Purpose {
     RequestState,
     /// A `taskgate_logs` cursor: where a client's reading of a run's log stands.
     LogCursor,
+    /// An approval ticket: one approval question of one run, with the caller
+    /// who started the run. Sealed for no caller (any caller admitted by the
+    /// tool's `answer_access` may present it), and only ever opened as a
+    /// ticket: it reads no task, and no task handle opens as one.
+    Approval,
 }
 
 impl Purpose {
@@ -81,6 +86,7 @@ impl Purpose {
             Self::Input => "input",
             Self::RequestState => "mrtr",
             Self::LogCursor => "logs",
+            Self::Approval => "approval",
         }
     }
 }
@@ -754,6 +760,7 @@ mod tests {
             Purpose::Input,
             Purpose::RequestState,
             Purpose::LogCursor,
+            Purpose::Approval,
         ];
         for sealed in all {
             let h = k.seal(sealed, "alice", &claims());

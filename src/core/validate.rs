@@ -175,6 +175,15 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
         if let Some(rule) = &tool.access {
             check_rule(&format!("tools[{i}].access"), rule, problems);
         }
+        if let Some(rule) = &tool.answer_access {
+            check_rule(&format!("tools[{i}].answer_access"), rule, problems);
+        }
+        if tool.approval_inputs.iter().any(|k| k.trim().is_empty()) {
+            problems.push(ConfigProblem::new(
+                format!("tools[{i}].approval_inputs"),
+                "an input request key may not be empty",
+            ));
+        }
     }
     let oauth = cfg
         .auth
@@ -607,6 +616,14 @@ mod tests {
             (
                 "[[tools]]\nname = \"t\"\nengine = \"e\"\naccess = [{ scopes = [\"a\"] }, {}]\n",
                 "tools[0].access[1]: give at least one",
+            ),
+            (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\nanswer_access = [{ groups = [\" \"] }]\n",
+                "tools[0].answer_access[0]: empty names",
+            ),
+            (
+                "[[tools]]\nname = \"t\"\nengine = \"e\"\napproval_inputs = [\"\"]\n",
+                "tools[0].approval_inputs: an input request key may not be empty",
             ),
             (
                 "[[tools]]\nname = \"taskgate_logs\"\nengine = \"e\"\n",

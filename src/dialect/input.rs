@@ -5,6 +5,12 @@
 //! taskgate keeps no table of what it asked: the request id is itself sealed and
 //! names the tool, the native run and the input key, so the client's answer can
 //! arrive on any connection or replica and still reach the right run.
+//!
+//! The id is sealed for the caller who started the run. An approval gate's
+//! request also carries, in `_meta["taskgate/approval"]`, a ticket sealed for
+//! no caller: another person's client answers with it as the id of its JSON-RPC
+//! response (or as the `taskId` of a 2026-07-28 `tasks/update`), and the tool's
+//! `answer_access` and `four_eyes` decide whether that person may.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -13,6 +19,7 @@ use serde_json::{json, Map, Value};
 use taskgate_engine::InputRequest;
 
 use super::wire::{Outbound, Version};
+use crate::core::gateway::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
@@ -29,11 +36,38 @@ struct InputClaims {
     native: String,
     #[serde(rename = "k")]
     key: String,
+    /// Asked inside the call that started the run (a call that waits).
+    #[serde(rename = "w", default)]
+    in_call: bool,
+}
+
+/// The `_meta` key of an approval gate's input request.
+pub const APPROVAL_META: &str = "taskgate/approval";
+
+/// The `_meta` of the input request `key` of a run of `tool` that `starter`
+/// started, when it is an approval gate: its ticket and whether four eyes
+/// apply. `None` for a form.
+#[must_use]
+pub fn approval_meta(
+    gw: &Gateway,
+    starter: &str,
+    tool: &Tool,
+    native: &str,
+    key: &str,
+    request: &InputRequest,
+) -> Option<Value> {
+    tool.is_approval(key, request).then(|| {
+        json!({ APPROVAL_META: {
+            "ticket": gw.approval_ticket(starter, tool, native, key),
+            "fourEyes": tool.config.four_eyes,
+        } })
+    })
 }
 
 /// Sends an `elicitation/create` request for each outstanding input request not
 /// sent yet during this client request. `decorate` adds the dialect's marker
-/// (`_meta` related-task, or `_operation`).
+/// (`_meta` related-task, or `_operation`); `in_call` says the request is the
+/// call that started the run (its answers to approvals are refused).
 #[allow(clippy::too_many_arguments)]
 pub fn ask(
     gw: &Gateway,
@@ -45,6 +79,7 @@ pub fn ask(
     version: Version,
     sent: &mut HashSet<String>,
     decorate: &dyn Fn(&mut Map<String, Value>),
+    in_call: bool,
 ) {
     for (key, request) in requests {
         if !sent.insert(key.clone()) {
@@ -54,6 +89,7 @@ pub fn ask(
             tool: tool.name().to_owned(),
             native: native.to_owned(),
             key: key.clone(),
+            in_call,
         };
         // The id expires as the tool's tasks do, counted from this request.
         let id = format!(
@@ -68,6 +104,15 @@ pub fn ask(
         params.insert("message".into(), json!(request.message));
         params.insert("requestedSchema".into(), request.requested_schema.clone());
         decorate(&mut params);
+        if let Some(Value::Object(approval)) = approval_meta(gw, caller, tool, native, key, request)
+        {
+            let meta = params
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(meta) = meta {
+                meta.extend(approval);
+            }
+        }
         let message =
             json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params });
         if out.send(message).is_err() {
@@ -78,7 +123,9 @@ pub fn ask(
 
 /// Forwards a client's answer to one of taskgate's input requests. Answers to
 /// ids taskgate did not seal (for this caller), or whose id has expired (the
-/// tool's `keep_alive` after the request was sent), are dropped.
+/// tool's `keep_alive` after the request was sent), are dropped. An id that is
+/// an approval ticket is answered by whoever sends it, as the tool's
+/// `answer_access` and `four_eyes` allow.
 ///
 /// An answer is a JSON-RPC response, which gets no reply: a retryable engine
 /// error (throttled, unavailable, past its deadline) cannot reach the client,
@@ -100,21 +147,45 @@ pub async fn route_response(
     result: Option<&Value>,
     error: Option<&Value>,
 ) -> Result<bool, RpcError> {
-    let Some(sealed) = id.as_str().and_then(|s| s.strip_prefix(ID_PREFIX)) else {
-        return Ok(false);
+    let ticket = id.as_str().filter(|s| s.starts_with(TICKET_PREFIX));
+    let (claims, tool, starter) = if let Some(ticket) = ticket {
+        let Ok((t, tool)) = gw.open_ticket(ticket) else {
+            tracing::debug!("dropped an answer to an unknown approval ticket");
+            return Ok(false);
+        };
+        let claims = InputClaims {
+            tool: t.tool,
+            native: t.native,
+            key: t.key,
+            in_call: false,
+        };
+        (claims, tool, Some(t.starter))
+    } else {
+        let Some(sealed) = id.as_str().and_then(|s| s.strip_prefix(ID_PREFIX)) else {
+            return Ok(false);
+        };
+        let opened = gw.keys.open_unexpired::<InputClaims>(
+            Purpose::Input,
+            caller,
+            sealed,
+            std::time::SystemTime::now(),
+        );
+        let Some(claims) = opened else {
+            tracing::debug!("dropped an answer to an unknown input request");
+            return Ok(false);
+        };
+        let Ok(tool) = gw.tool(&claims.tool) else {
+            return Ok(false);
+        };
+        (claims, tool, None)
     };
-    let opened = gw.keys.open_unexpired::<InputClaims>(
-        Purpose::Input,
-        caller,
-        sealed,
-        std::time::SystemTime::now(),
-    );
-    let Some(claims) = opened else {
-        tracing::debug!("dropped an answer to an unknown input request");
-        return Ok(false);
-    };
-    let Ok(tool) = gw.tool(&claims.tool) else {
-        return Ok(false);
+    let how = match &starter {
+        Some(starter) => Answering::Ticket {
+            starter,
+            key: &claims.key,
+        },
+        None if claims.in_call => Answering::StarterInCall,
+        None => Answering::Starter,
     };
     let answer = match (result, error) {
         (Some(result), _) => result.clone(),
@@ -131,6 +202,7 @@ pub async fn route_response(
                 tool,
                 &claims.native,
                 &responses,
+                how,
             )
             .await
         {

@@ -372,7 +372,7 @@ async fn ask_and_wait(
     };
     let mut sent = HashSet::new();
     input::ask(
-        gw, caller, out, tool, native, requests, version, &mut sent, &decorate,
+        gw, caller, out, tool, native, requests, version, &mut sent, &decorate, false,
     );
     let limit = tool.config.max_wait.unwrap_or(gw.server.max_wait);
     let deadline = Instant::now() + limit;
@@ -400,7 +400,7 @@ async fn ask_and_wait(
             RunState::InputRequired { requests, .. }
                 if requests.keys().all(|k| sent.contains(k)) => {}
             RunState::InputRequired { requests, .. } => input::ask(
-                gw, caller, out, tool, native, requests, version, &mut sent, &decorate,
+                gw, caller, out, tool, native, requests, version, &mut sent, &decorate, false,
             ),
             _ => return Ok(snapshot),
         }

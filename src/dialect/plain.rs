@@ -153,6 +153,8 @@ async fn wait_call(
                     session.version(),
                     &mut sent,
                     &none,
+                    // The call that started the run: approvals are not taken here.
+                    true,
                 );
                 if std::time::Instant::now() >= deadline {
                     return sync_outcome(

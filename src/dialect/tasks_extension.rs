@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskgate_engine::{RunState, Snapshot};
 
+use super::input::{approval_meta, APPROVAL_META};
 use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
@@ -22,9 +23,11 @@ use super::wire::{
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
+use crate::core::gateway::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::{Body, Member, Params, RpcError};
+use taskgate_engine::InputRequest;
 
 mod listen;
 pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
@@ -68,6 +71,11 @@ pub async fn handle(
             if !declared.tasks {
                 return Err(missing_tasks());
             }
+            // An approval ticket in place of a task id: an approver's view of,
+            // and answer to, the one question it names.
+            if let Some(ticket) = params.task_id().filter(|id| id.starts_with(TICKET_PREFIX)) {
+                return by_ticket(gw, caller, method, params, ticket, &declared).await;
+            }
             let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
             match method {
                 "tasks/get" => {
@@ -79,9 +87,12 @@ pub async fn handle(
                     {
                         return Err(missing_elicitation());
                     }
+                    let tickets = |key: &str, r: &InputRequest| {
+                        approval_meta(gw, caller, tool, &claims.native, key, r)
+                    };
                     // Written straight to bytes: the hot path of every poll.
                     Ok(Body::Written(
-                        DetailedTask::of(task_id, &claims, tool, &snapshot).to_json(),
+                        DetailedTask::of(task_id, &claims, tool, &snapshot, &tickets).to_json(),
                     ))
                 }
                 "tasks/update" => {
@@ -101,6 +112,7 @@ pub async fn handle(
                         tool,
                         &claims.native,
                         responses,
+                        Answering::Starter,
                     )
                     .await?;
                     Ok(json!({ "resultType": "complete" }).into())
@@ -113,6 +125,78 @@ pub async fn handle(
             }
         }
         other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+/// `tasks/get` or `tasks/update` with an approval ticket as the task id. A get
+/// shows the run's status and, while it is outstanding, the one question the
+/// ticket names (never the run's result or its other questions); an update
+/// answers that question. Either needs the tool's `answer_access`; a ticket
+/// that does not open reads as an unknown task.
+async fn by_ticket(
+    gw: &Gateway,
+    caller: &Caller,
+    method: &str,
+    params: &Params,
+    ticket: &str,
+    declared: &Declared,
+) -> Result<Body, RpcError> {
+    let responses = match params.get("inputResponses") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(RpcError::InvalidParams(
+                "inputResponses must be an object".into(),
+            ))
+        }
+    };
+    let not_found = "Failed to retrieve task: Task not found";
+    match method {
+        "tasks/update" => {
+            gw.answer_ticket(caller, Dialect::TasksExtension, ticket, &responses)
+                .await
+                .map_err(|e| RpcError::from_core(e, not_found))?;
+            Ok(json!({ "resultType": "complete" }).into())
+        }
+        "tasks/get" => {
+            let (claims, tool) = gw
+                .open_ticket(ticket)
+                .map_err(|e| RpcError::from_core(e, not_found))?;
+            gw.authorize_answer(caller, tool, Dialect::TasksExtension, &claims.native)
+                .map_err(|e| RpcError::from_core(e, not_found))?;
+            let snapshot = gw.read(tool, &claims.native).await?;
+            let status = match &snapshot.state {
+                RunState::InputRequired { requests, .. } if requests.contains_key(&claims.key) => {
+                    if !declared.elicitation {
+                        return Err(missing_elicitation());
+                    }
+                    let only: std::collections::BTreeMap<_, _> = requests
+                        .iter()
+                        .filter(|(k, _)| **k == claims.key)
+                        .map(|(k, r)| (k.clone(), r.clone()))
+                        .collect();
+                    let four_eyes = tool.config.four_eyes;
+                    let meta = |_: &str, _: &InputRequest| {
+                        Some(json!({ APPROVAL_META: { "ticket": ticket, "fourEyes": four_eyes } }))
+                    };
+                    return Ok(json!({
+                        "resultType": "complete",
+                        "taskId": ticket,
+                        "status": "input_required",
+                        "inputRequests": input_requests(&only, &meta),
+                    })
+                    .into());
+                }
+                RunState::Completed(_) => "completed",
+                RunState::Failed { .. } => "failed",
+                RunState::Cancelled { .. } => "cancelled",
+                RunState::Working { .. } | RunState::InputRequired { .. } => "working",
+            };
+            Ok(json!({ "resultType": "complete", "taskId": ticket, "status": status }).into())
+        }
+        _ => Err(RpcError::InvalidParams(
+            "an approval ticket answers (tasks/update) or shows (tasks/get) its question; it cancels nothing".into(),
+        )),
     }
 }
 
@@ -448,6 +532,8 @@ async fn call_tool(
             break Some(snapshot);
         }
         // Answers the client already sent (on this retry) for open requests.
+        // They are answers inside the call that starts the run: an approval
+        // among them is refused (before any answer reaches the engine).
         let fresh: Map<String, Value> = responses
             .iter()
             .filter(|(k, _)| requests.contains_key(*k) && !answered.contains(*k))
@@ -460,18 +546,26 @@ async fn call_tool(
                 tool,
                 &claims.native,
                 &fresh,
+                Answering::StarterInCall,
             )
             .await?;
             answered.extend(fresh.keys().cloned());
             continue;
         }
+        // Only approvals are open: this call cannot take them, so the task is
+        // created (an approver answers it with the ticket its `tasks/get` shows).
+        if as_task && requests.iter().all(|(k, r)| tool.is_approval(k, r)) {
+            break Some(snapshot);
+        }
         let state = RequestState {
             claims: claims.clone(),
             arguments: digest.clone(),
         };
+        let tickets =
+            |key: &str, r: &InputRequest| approval_meta(gw, caller, tool, &claims.native, key, r);
         return Ok(json!({
             "resultType": "input_required",
-            "inputRequests": input_requests(requests),
+            "inputRequests": input_requests(requests, &tickets),
             "requestState": gw.keys.seal(Purpose::RequestState, caller, &state),
         }));
     };
@@ -508,21 +602,33 @@ fn arguments_digest(args: &Value) -> String {
     hex::encode(sha2::Sha256::digest(args.to_string().as_bytes()))
 }
 
-/// The `inputRequests` map of a run's open input requests.
+/// The `inputRequests` map of a run's open input requests; `approval` gives
+/// the `_meta` of an approval gate's request (its ticket), `None` for a form.
 fn input_requests(
     requests: &std::collections::BTreeMap<String, taskgate_engine::InputRequest>,
+    approval: Approvals<'_>,
 ) -> Value {
     let map: Map<String, Value> = requests
         .iter()
         .map(|(key, r)| {
-            (
-                key.clone(),
-                json!({ "method": "elicitation/create", "params": {
-                    "mode": "form", "message": r.message, "requestedSchema": r.requested_schema } }),
-            )
+            let mut request = json!({ "method": "elicitation/create", "params": {
+                "mode": "form", "message": r.message, "requestedSchema": r.requested_schema } });
+            if let Some(meta) = approval(key, r) {
+                request["params"]["_meta"] = meta;
+            }
+            (key.clone(), request)
         })
         .collect();
     Value::Object(map)
+}
+
+/// What an input request of an approval gate carries besides the question
+/// (its `_meta`: the ticket), by key; `None` for a form.
+pub type Approvals<'a> = &'a dyn Fn(&str, &taskgate_engine::InputRequest) -> Option<Value>;
+
+/// No approval tickets (a listen stream: tickets are read with `tasks/get`).
+pub fn no_tickets(_: &str, _: &taskgate_engine::InputRequest) -> Option<Value> {
+    None
 }
 
 /// The `DetailedTask` view of a run, as a value (for the listen stream, which
@@ -533,8 +639,10 @@ pub fn detailed_task(
     claims: &TaskClaims,
     tool: &Tool,
     snapshot: &Snapshot,
+    approvals: Approvals<'_>,
 ) -> Value {
-    serde_json::to_value(DetailedTask::of(task_id, claims, tool, snapshot)).unwrap_or(Value::Null)
+    serde_json::to_value(DetailedTask::of(task_id, claims, tool, snapshot, approvals))
+        .unwrap_or(Value::Null)
 }
 
 /// The members of a `DetailedTask`, serialized in place: a `tasks/get` reply
@@ -563,9 +671,16 @@ pub struct DetailedTask<'a> {
 }
 
 impl<'a> DetailedTask<'a> {
-    /// The view of `snapshot`, the run of task `task_id`.
+    /// The view of `snapshot`, the run of task `task_id`; `approvals` gives
+    /// the tickets of its approval gates.
     #[must_use]
-    pub fn of(task_id: &'a str, claims: &TaskClaims, tool: &Tool, snapshot: &'a Snapshot) -> Self {
+    pub fn of(
+        task_id: &'a str,
+        claims: &TaskClaims,
+        tool: &Tool,
+        snapshot: &'a Snapshot,
+        approvals: Approvals<'_>,
+    ) -> Self {
         let (created_at, last_updated_at, poll_ms) = task_times(claims, tool, snapshot);
         let mut task = Self {
             created_at,
@@ -590,7 +705,7 @@ impl<'a> DetailedTask<'a> {
                 task.status = "input_required";
                 task.poll_interval_ms = poll_ms;
                 task.status_message = message.as_deref();
-                task.input_requests = Some(input_requests(requests));
+                task.input_requests = Some(input_requests(requests, approvals));
             }
             RunState::Completed(output) => {
                 task.status = "completed";

@@ -242,6 +242,7 @@ async fn result(
                         Version::V2025_11_25,
                         &mut sent,
                         &decorate,
+                        false,
                     );
                 }
             }

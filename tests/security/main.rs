@@ -28,11 +28,12 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+
+mod approvals;
+mod audit;
 mod deploy;
 mod exec_env;
 mod front_door;
-
-mod audit;
 mod introspection;
 mod lookups;
 mod terminal;

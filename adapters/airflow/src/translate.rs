@@ -69,6 +69,12 @@ pub struct TaskInstance {
     /// The current try.
     #[serde(default)]
     pub try_number: u64,
+    /// The operator's class name (`ApprovalOperator`, `HITLOperator`, …).
+    #[serde(default)]
+    pub operator: Option<String>,
+    /// The operator's display name.
+    #[serde(default)]
+    pub operator_name: Option<String>,
 }
 
 fn unmapped() -> i64 {
@@ -336,7 +342,19 @@ pub fn input_request(detail: &HitlDetail) -> InputRequest {
     InputRequest {
         message,
         requested_schema: schema,
+        approval: is_approval_operator(detail),
     }
+}
+
+/// True when the waiting task is an `ApprovalOperator` (or a subclass Airflow
+/// names as one): its question is an approval gate, not a form.
+#[must_use]
+pub fn is_approval_operator(detail: &HitlDetail) -> bool {
+    let ti = &detail.task_instance;
+    [ti.operator.as_deref(), ti.operator_name.as_deref()]
+        .into_iter()
+        .flatten()
+        .any(|name| name == "ApprovalOperator")
 }
 
 /// The option a decline picks: one named like a rejection (`Reject`, `Decline`,
@@ -918,6 +936,14 @@ mod tests {
             assert_eq!(parse_request_key(bad), None, "{bad}");
         }
         let req = input_request(q);
+        assert!(
+            req.approval,
+            "an ApprovalOperator's question is an approval gate"
+        );
+        let mut form = q.clone();
+        form.task_instance.operator = Some("HITLEntryOperator".into());
+        form.task_instance.operator_name = Some("HITLEntryOperator".into());
+        assert!(!input_request(&form).approval, "a form is not an approval");
         assert_eq!(
             req.message,
             "Release 1.2.3?\n\nApprove the release of version 1.2.3."

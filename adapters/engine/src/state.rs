@@ -129,6 +129,14 @@ pub struct InputRequest {
     /// JSON Schema of the expected answer.
     #[serde(rename = "requestedSchema")]
     pub requested_schema: Value,
+    /// The question is an approval gate (a person lets the run go on) rather
+    /// than a form. Engines set it for their own gates (a Kubernetes `approval`,
+    /// a GitHub environment review, a Step Functions human step, an Airflow
+    /// `ApprovalOperator`); the server refuses answers to it given inside the
+    /// call that started the run and, where the tool asks for four eyes, by
+    /// the caller who started it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approval: bool,
 }
 
 /// What the client answered to an [`InputRequest`].

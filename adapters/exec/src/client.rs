@@ -1137,6 +1137,7 @@ mod tests {
         let request = InputRequest {
             message: "which region?".into(),
             requested_schema: serde_json::json!({"type": "object"}),
+            approval: false,
         };
         layout::write_json(&input, &format!("ask{REQUEST_SUFFIX}"), &request).unwrap();
         assert_ne!(

@@ -557,6 +557,7 @@ mod tests {
         let req = InputRequest {
             message: "ok?".into(),
             requested_schema: json!({"type": "object"}),
+            approval: false,
         };
         v.requests.insert("approve".into(), req.clone());
         match state(&v, at(1000)) {

@@ -245,7 +245,9 @@ pub struct ToolTarget {
     pub correlate: Correlate,
     /// Turns a run waiting on a protected environment into a question to the client
     /// (approve or reject the deployment). Without it such a run simply reports that
-    /// it waits for a reviewer on GitHub.
+    /// it waits for a reviewer on GitHub. The question is an approval, given with
+    /// taskgate's token: the tool's `answer_access` says who may give it, and its
+    /// `four_eyes` keeps the caller who started the run from giving it.
     #[serde(default)]
     pub environment_approval: Option<ApprovalSettings>,
 }

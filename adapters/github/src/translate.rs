@@ -296,6 +296,7 @@ fn waiting(pending: &[PendingDeployment], approval: Option<&ApprovalSettings>) -
                         InputRequest {
                             message: approval_message(settings, env_name(p)),
                             requested_schema: approval_schema(settings),
+                            approval: true,
                         },
                     )
                 })
@@ -967,6 +968,7 @@ mod tests {
         };
         let req = &requests["environment-161088068"];
         assert_eq!(req.message, "Ship to staging?");
+        assert!(req.approval, "an environment review is an approval gate");
         assert_eq!(req.requested_schema["type"], "object");
         // Without the setting: working, naming the environment and its timer.
         let state = translate(&r, &all_details(), None);

@@ -85,7 +85,9 @@ pub struct ToolTarget {
     pub args_json_env: Option<String>,
     /// An approval gate: the Job is created suspended and the task asks the client
     /// this question (input request key `approval`); accept resumes the Job,
-    /// decline or dismiss deletes it.
+    /// decline or dismiss deletes it. It is an approval: never answered inside
+    /// the call that started the run, and with the tool's `four_eyes` not by
+    /// its starter; the tool's `answer_access` says who may answer.
     pub approval: Option<Approval>,
     /// What cancelling a task does: `delete` (default) deletes the Job with
     /// background propagation, `suspend` suspends it (its pods are stopped; the

@@ -336,6 +336,7 @@ pub(crate) fn approval_request(gate: &ApprovalGate) -> BTreeMap<String, InputReq
         InputRequest {
             message: gate.message.clone(),
             requested_schema: gate.schema.clone(),
+            approval: true,
         },
     )])
 }
@@ -712,6 +713,7 @@ mod tests {
         match snap.state {
             RunState::InputRequired { requests, .. } => {
                 assert_eq!(requests[APPROVAL_KEY].message, "Run it?");
+                assert!(requests[APPROVAL_KEY].approval, "the gate is an approval");
             }
             other => panic!("{other:?}"),
         }

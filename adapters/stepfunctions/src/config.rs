@@ -157,7 +157,8 @@ pub struct ToolTarget {
     #[serde(default)]
     pub input_key: Option<String>,
     /// Declares a `.waitForTaskToken` task state as a human step: while the
-    /// execution waits there, the task asks the client for input.
+    /// execution waits there, the task asks the client for input. The question
+    /// is an approval (the tool's `answer_access` and `four_eyes` apply).
     #[serde(default)]
     pub human_step: Option<HumanStep>,
     /// When true, the status of a running execution names the state it is in

@@ -415,6 +415,9 @@ pub(crate) fn run_state(
                         InputRequest {
                             message: step.message.clone(),
                             requested_schema: step.schema.clone(),
+                            // A task token waiting for a person is the
+                            // state machine's approval gate.
+                            approval: true,
                         },
                     );
                     return RunState::InputRequired {
@@ -828,6 +831,7 @@ mod tests {
                     let (key, request) = requests.iter().next().unwrap();
                     assert_eq!(key, "Approve#5");
                     assert_eq!(request.message, "Approve the dataset?");
+                    assert!(request.approval, "a human step is an approval gate");
                     assert_eq!(request.requested_schema["type"], "object");
                 },
             ),

@@ -214,7 +214,7 @@ fn notification(
     tool: &Tool,
     snapshot: &taskgate_engine::Snapshot,
 ) -> Value {
-    let mut task = detailed_task(task_id, claims, tool, snapshot);
+    let mut task = detailed_task(task_id, claims, tool, snapshot, &super::no_tickets);
     if let Some(t) = task.as_object_mut() {
         t.remove("resultType");
         if !elicitation && t.remove("inputRequests").is_some() {
