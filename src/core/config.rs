@@ -421,7 +421,11 @@ pub struct ToolConfig {
     /// The engine instance that runs it (a key of `[engines]`).
     pub engine: String,
     /// JSON Schema (2020-12) of the arguments; its root must be `type = "object"`.
-    /// Arguments are checked against it before any engine call.
+    /// Arguments are checked against it before any engine call. Arguments it does
+    /// not declare (in `properties`, `patternProperties` or a subschema) are
+    /// refused, unless its root sets `additionalProperties` (or
+    /// `unevaluatedProperties`) itself: `additionalProperties = true` lets any
+    /// argument through. Default: `{type = "object"}`, which takes no arguments.
     #[serde(default = "empty_object_schema")]
     pub input_schema: Value,
     /// JSON Schema of the structured result, if the pipeline produces one.

@@ -336,7 +336,7 @@ fn check_tool(
         );
         None
     } else {
-        match jsonschema::draft202012::new(&tool.input_schema) {
+        match jsonschema::draft202012::new(&declared_only(&tool.input_schema)) {
             Ok(v) => Some(v),
             Err(e) => {
                 problem("input_schema", format!("not a valid JSON Schema: {e}"));
@@ -357,6 +357,22 @@ fn check_tool(
     } else {
         validator
     }
+}
+
+/// The schema arguments are checked against: `input_schema` itself when its
+/// root says what becomes of undeclared arguments (`additionalProperties` or
+/// `unevaluatedProperties`), else with `unevaluatedProperties = false` added at
+/// the root, so a top-level argument that neither `properties`,
+/// `patternProperties` nor a subschema (`allOf`, `$ref`, …) declares is refused.
+pub(crate) fn declared_only(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Value::Object(root) = &mut schema {
+        if !root.contains_key("additionalProperties") && !root.contains_key("unevaluatedProperties")
+        {
+            root.insert("unevaluatedProperties".to_owned(), Value::Bool(false));
+        }
+    }
+    schema
 }
 
 /// Reads a secret from exactly one of an environment variable, a file or the

@@ -243,7 +243,7 @@ impl Pipeline for KubernetesPipeline {
             self.client.namespace(),
             &request,
             keep_alive,
-        );
+        )?;
         for _ in 0..2 {
             match self.client.create_job(&job, false).await? {
                 Created::Job => {
@@ -512,7 +512,7 @@ impl Pipeline for KubernetesPipeline {
             self.client.namespace(),
             &request,
             self.keep_alive,
-        );
+        )?;
         job.metadata.name = None;
         job.metadata.generate_name = Some("taskgate-check-".into());
         match self.client.create_job(&job, true).await {
