@@ -198,7 +198,8 @@ pub struct KeysConfig {
 }
 
 /// One sealing key. Exactly one of `secret_env`, `secret_file` or `dev_secret`.
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` never shows `dev_secret`.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// A short id written in clear into each handle, so the right key opens it
@@ -212,6 +213,17 @@ pub struct KeyConfig {
     /// The secret itself, in clear in the file. For development only: taskgate
     /// warns loudly at startup when it is used.
     pub dev_secret: Option<String>,
+}
+
+impl std::fmt::Debug for KeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyConfig")
+            .field("id", &self.id)
+            .field("secret_env", &self.secret_env)
+            .field("secret_file", &self.secret_file)
+            .field("dev_secret", &self.dev_secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// `[auth]`

@@ -24,3 +24,5 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod arguments;
+mod references;

@@ -68,6 +68,17 @@ impl Spool {
         }
     }
 
+    /// The tool that started run `name` (from its record); `None` when there
+    /// is no such run.
+    ///
+    /// # Errors
+    ///
+    /// A damaged or unreadable record.
+    pub(crate) fn tool_of(&self, name: &str) -> Result<Option<String>, EngineError> {
+        let dir = self.run_dir(name)?;
+        Ok(read_meta(&dir)?.map(|meta| meta.tool))
+    }
+
     /// The folder of run `name`, to watch for changes of its files.
     ///
     /// # Errors
