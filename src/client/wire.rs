@@ -503,7 +503,10 @@ mod tests {
             token: Some("bearer-SECRET-token".into()),
         };
         let text = format!("{target:?}");
-        assert!(!text.contains("SECRET") && text.contains("<redacted>"), "{text}");
+        assert!(
+            !text.contains("SECRET") && text.contains("<redacted>"),
+            "{text}"
+        );
         assert!(text.contains("127.0.0.1"), "{text}");
     }
 

@@ -221,7 +221,10 @@ impl std::fmt::Debug for KeyConfig {
             .field("id", &self.id)
             .field("secret_env", &self.secret_env)
             .field("secret_file", &self.secret_file)
-            .field("dev_secret", &self.dev_secret.as_ref().map(|_| "<redacted>"))
+            .field(
+                "dev_secret",
+                &self.dev_secret.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }

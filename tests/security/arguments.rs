@@ -35,7 +35,10 @@ async fn an_undeclared_argument_is_refused_by_name() {
     let server = setup.server().await;
     let c = server.client();
     let reply = c
-        .call("deploy", json!({"Label": "safe", "label": "evil", "steps": 0}))
+        .call(
+            "deploy",
+            json!({"Label": "safe", "label": "evil", "steps": 0}),
+        )
         .await;
     assert_eq!(
         reply.code(),
@@ -46,13 +49,20 @@ async fn an_undeclared_argument_is_refused_by_name() {
     let message = reply.message();
     assert!(message.contains("\"label\""), "{message}");
     assert!(message.contains("undeclared"), "{message}");
-    assert!(!message.contains("evil"), "no argument value in the error: {message}");
+    assert!(
+        !message.contains("evil"),
+        "no argument value in the error: {message}"
+    );
     assert!(setup.runs().is_empty(), "no run: {:?}", setup.runs());
 
     // A tool without properties takes no arguments at all.
     let reply = c.call("bare", json!({"anything": "x"})).await;
     assert_eq!(reply.code(), -32602, "{}", reply.response());
-    assert!(reply.message().contains("\"anything\""), "{}", reply.message());
+    assert!(
+        reply.message().contains("\"anything\""),
+        "{}",
+        reply.message()
+    );
     assert!(setup.runs().is_empty(), "no run: {:?}", setup.runs());
 
     // The declared argument alone still runs, with its validated value.
@@ -74,7 +84,10 @@ async fn two_arguments_on_one_variable_are_refused() {
     let server = setup.server().await;
     let c = server.client();
     let reply = c
-        .call("open", json!({"Label": "safe", "label": "evil", "steps": 0}))
+        .call(
+            "open",
+            json!({"Label": "safe", "label": "evil", "steps": 0}),
+        )
         .await;
     assert_eq!(
         reply.code(),
@@ -88,7 +101,10 @@ async fn two_arguments_on_one_variable_are_refused() {
         "{message}"
     );
     assert!(message.contains("TASKGATE_ARG_LABEL"), "{message}");
-    assert!(!message.contains("evil"), "no argument value in the error: {message}");
+    assert!(
+        !message.contains("evil"),
+        "no argument value in the error: {message}"
+    );
     assert!(setup.runs().is_empty(), "no run: {:?}", setup.runs());
 
     // The opt-in itself works: an undeclared argument that collides with

@@ -22,7 +22,7 @@
 //! The chart's controls (item 13) are checked by `tests/helm/chart.sh`; the
 //! dependency audit (item 14) by `scripts/audit.sh` under `.ci/run`.
 
+mod arguments;
 #[path = "../common/mod.rs"]
 mod common;
-mod arguments;
 mod references;

@@ -73,7 +73,11 @@ async fn a_sealed_handle_naming_another_repositorys_run_reads_nothing() {
     // reads it.
     let own = forge(&alice.caller, &format!("{OWNER}/{REPO}/{id}"));
     let read = c.get_reply(&own).await;
-    assert!(read.is_ok(), "the forged handle to the own run reads: {}", read.raw);
+    assert!(
+        read.is_ok(),
+        "the forged handle to the own run reads: {}",
+        read.raw
+    );
 
     let key = "environment-161088068";
     for native in [
@@ -102,7 +106,11 @@ async fn a_sealed_handle_naming_another_repositorys_run_reads_nothing() {
             answer.raw
         );
     }
-    assert!(d.reviews().is_empty(), "nothing was approved: {:?}", d.reviews());
+    assert!(
+        d.reviews().is_empty(),
+        "nothing was approved: {:?}",
+        d.reviews()
+    );
     // The real run still waits for its approval.
     assert_eq!(c.get(&task).await["status"], "input_required");
 }

@@ -376,7 +376,10 @@ mod tests {
             renew_at: 5,
         };
         let text = format!("{minted:?}");
-        assert!(!text.contains("SECRET") && text.contains("<redacted>"), "{text}");
+        assert!(
+            !text.contains("SECRET") && text.contains("<redacted>"),
+            "{text}"
+        );
     }
 
     fn fixture(name: &str) -> Answer {

@@ -577,12 +577,27 @@ mod tests {
             action: taskgate_engine::InputAction::Accept,
             content: Some(json!({})),
         };
-        for bad in ["other/tg-abc", "etl-other/tg-abc", "ETL/tg-abc", "etl", "/tg-abc"] {
+        for bad in [
+            "other/tg-abc",
+            "etl-other/tg-abc",
+            "ETL/tg-abc",
+            "etl",
+            "/tg-abc",
+        ] {
             let bad = bad.to_owned();
-            assert!(matches!(p.read(&bad).await, Err(EngineError::NotFound)), "{bad}");
-            assert!(matches!(p.cancel(&bad).await, Err(EngineError::NotFound)), "{bad}");
+            assert!(
+                matches!(p.read(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            assert!(
+                matches!(p.cancel(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
             let answered = p.answer(&bad, "approve", &yes).await;
-            assert!(matches!(answered, Err(EngineError::NotFound)), "{bad}: {answered:?}");
+            assert!(
+                matches!(answered, Err(EngineError::NotFound)),
+                "{bad}: {answered:?}"
+            );
         }
     }
 

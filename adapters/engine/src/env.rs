@@ -129,7 +129,10 @@ mod tests {
     #[test]
     fn values_render_one_way() {
         for (value, text) in [
-            (json!("$(touch /tmp/x); rm -rf /"), "$(touch /tmp/x); rm -rf /"),
+            (
+                json!("$(touch /tmp/x); rm -rf /"),
+                "$(touch /tmp/x); rm -rf /",
+            ),
             (json!(""), ""),
             (json!(null), ""),
             (json!(true), "true"),
@@ -137,7 +140,10 @@ mod tests {
             (json!(3), "3"),
             (json!(-2.5), "-2.5"),
             (json!([1, "a", null]), r#"[1,"a",null]"#),
-            (json!({"b": 1, "a": {"d": 2, "c": 3}}), r#"{"a":{"c":3,"d":2},"b":1}"#),
+            (
+                json!({"b": 1, "a": {"d": 2, "c": 3}}),
+                r#"{"a":{"c":3,"d":2},"b":1}"#,
+            ),
             (json!([{"y": 1, "x": 2}]), r#"[{"x":2,"y":1}]"#),
         ] {
             assert_eq!(arg_env_value(&value), text, "{value}");
@@ -167,11 +173,7 @@ mod tests {
 
     #[test]
     fn two_arguments_on_one_name_are_refused_naming_both() {
-        for (a, b) in [
-            ("targetEnv", "targetenv"),
-            ("a-b", "a_b"),
-            ("a.b", "A-B"),
-        ] {
+        for (a, b) in [("targetEnv", "targetenv"), ("a-b", "a_b"), ("a.b", "A-B")] {
             let mut map = serde_json::Map::new();
             map.insert(a.to_owned(), json!("production"));
             map.insert(b.to_owned(), json!("staging"));

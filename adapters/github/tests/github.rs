@@ -981,7 +981,10 @@ async fn a_reference_to_another_repositorys_run_goes_nowhere() {
         format!("{OWNER}/{REPO}/../../evil-org/evil-repo/{id}"),
     ] {
         let not_found = |what: &str, r: Result<(), EngineError>| {
-            assert!(matches!(r, Err(EngineError::NotFound)), "{what} {foreign}: {r:?}");
+            assert!(
+                matches!(r, Err(EngineError::NotFound)),
+                "{what} {foreign}: {r:?}"
+            );
         };
         not_found("read", p.read(&foreign).await.map(|_| ()));
         not_found("cancel", p.cancel(&foreign).await);

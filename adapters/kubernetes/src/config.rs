@@ -284,7 +284,8 @@ impl ToolTarget {
                 }
             }
         }
-        if self.args_env_prefix.is_none() && self.args_json_env.is_none()
+        if self.args_env_prefix.is_none()
+            && self.args_json_env.is_none()
             && own.contains(&DEFAULT_ARGS_JSON_ENV)
         {
             return Err(ConfigError::new(

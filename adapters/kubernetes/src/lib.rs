@@ -567,10 +567,19 @@ mod tests {
         let job = |labels: Value| -> Job {
             serde_json::from_value(json!({"metadata": {"name": "tg-x", "labels": labels}})).unwrap()
         };
-        assert!(pipeline.check_own(job(json!({LABEL_TOOL: "deploy"}))).is_ok());
-        for foreign in [json!({LABEL_TOOL: "other"}), json!({}), json!({"app": "deploy"})] {
+        assert!(pipeline
+            .check_own(job(json!({LABEL_TOOL: "deploy"})))
+            .is_ok());
+        for foreign in [
+            json!({LABEL_TOOL: "other"}),
+            json!({}),
+            json!({"app": "deploy"}),
+        ] {
             assert!(
-                matches!(pipeline.check_own(job(foreign.clone())), Err(EngineError::NotFound)),
+                matches!(
+                    pipeline.check_own(job(foreign.clone())),
+                    Err(EngineError::NotFound)
+                ),
                 "{foreign}"
             );
         }
@@ -580,8 +589,14 @@ mod tests {
         };
         for bad in ["Not_A-Name", "../other-namespace/tg-x", "jobs/tg-x", ""] {
             let bad = bad.to_owned();
-            assert!(matches!(pipeline.read(&bad).await, Err(EngineError::NotFound)), "{bad}");
-            assert!(matches!(pipeline.cancel(&bad).await, Err(EngineError::NotFound)), "{bad}");
+            assert!(
+                matches!(pipeline.read(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            assert!(
+                matches!(pipeline.cancel(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
             assert!(
                 matches!(
                     pipeline.answer(&bad, APPROVAL_KEY, &yes).await,

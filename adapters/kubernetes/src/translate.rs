@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use taskgate_engine::{
-    arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot, StartRequest, ToolOutput,
+    arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot,
+    StartRequest, ToolOutput,
 };
 
 use crate::config::{ApprovalGate, Bound};
@@ -996,7 +997,8 @@ mod tests {
         let same: Value = serde_json::from_str(r#"{"b": 2, "a": 1}"#).unwrap();
         let two = render_job(&b, "t", "jobs", &request(same), None).unwrap();
         let other = render_job(&b, "t", "jobs", &request(json!({"a": 2})), None).unwrap();
-        let other_tool = render_job(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
+        let other_tool =
+            render_job(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
         assert!(same_job(&one, &two));
         assert!(!same_job(&one, &other));
         assert!(!same_job(&one, &other_tool));

@@ -464,11 +464,20 @@ mod tests {
         ] {
             let foreign = foreign.to_owned();
             for p in [&pipeline, &gated] {
-                assert!(matches!(p.read(&foreign).await, Err(EngineError::NotFound)), "{foreign}");
-                assert!(matches!(p.cancel(&foreign).await, Err(EngineError::NotFound)), "{foreign}");
+                assert!(
+                    matches!(p.read(&foreign).await, Err(EngineError::NotFound)),
+                    "{foreign}"
+                );
+                assert!(
+                    matches!(p.cancel(&foreign).await, Err(EngineError::NotFound)),
+                    "{foreign}"
+                );
             }
             let answered = gated.answer(&foreign, "Approve", &yes).await;
-            assert!(matches!(answered, Err(EngineError::NotFound)), "{foreign}: {answered:?}");
+            assert!(
+                matches!(answered, Err(EngineError::NotFound)),
+                "{foreign}: {answered:?}"
+            );
         }
     }
 }
