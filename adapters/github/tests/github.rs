@@ -976,7 +976,7 @@ async fn a_reference_to_another_repositorys_run_goes_nowhere() {
     for foreign in [
         format!("evil-org/{REPO}/{id}"),
         format!("{OWNER}/other-repo/{id}"),
-        format!("evil-org/evil-repo/~tg-own~1700000000"),
+        "evil-org/evil-repo/~tg-own~1700000000".to_owned(),
         format!("{}/{REPO}/{id}", OWNER.to_uppercase()),
         format!("{OWNER}/{REPO}/../../evil-org/evil-repo/{id}"),
     ] {
