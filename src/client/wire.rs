@@ -31,8 +31,8 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The default bound of one answer: 16 MiB.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Where the server is.
-#[derive(Debug, Clone)]
+/// Where the server is. `Debug` never shows the token.
+#[derive(Clone)]
 pub enum Target {
     /// A Streamable HTTP endpoint, with an optional bearer token.
     Http {
@@ -46,6 +46,19 @@ pub enum Target {
         /// The config file.
         config: PathBuf,
     },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Http { url, token } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("token", &token.as_ref().map(|_| "<redacted>"))
+                .finish(),
+            Self::Stdio { config } => f.debug_struct("Stdio").field("config", config).finish(),
+        }
+    }
 }
 
 /// Why a request got no usable answer.
@@ -552,6 +565,21 @@ pub fn param_headers(schema: &Value, arguments: &Map<String, Value>) -> Vec<(Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Item 10 of the security issue: the bearer token never shows in `Debug`.
+    #[test]
+    fn debug_never_shows_the_token() {
+        let target = Target::Http {
+            url: "http://127.0.0.1:1/mcp".into(),
+            token: Some("bearer-SECRET-token".into()),
+        };
+        let text = format!("{target:?}");
+        assert!(
+            !text.contains("SECRET") && text.contains("<redacted>"),
+            "{text}"
+        );
+        assert!(text.contains("127.0.0.1"), "{text}");
+    }
 
     #[test]
     fn header_values_outside_visible_ascii_are_base64() {

@@ -253,7 +253,8 @@ pub struct KeysConfig {
 /// of at least 32 random bytes; `taskgate keygen` prints a fresh one. Text
 /// that decodes to fewer bytes, to printable text, or to bytes with fewer than
 /// 16 distinct values is refused.
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` never shows `dev_secret`.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// A short id written in clear into each handle, so the right key opens it
@@ -267,6 +268,20 @@ pub struct KeyConfig {
     /// when `server.listen` is not loopback or `[auth]` is configured, and
     /// taskgate warns loudly at startup when it is used.
     pub dev_secret: Option<String>,
+}
+
+impl std::fmt::Debug for KeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyConfig")
+            .field("id", &self.id)
+            .field("secret_env", &self.secret_env)
+            .field("secret_file", &self.secret_file)
+            .field(
+                "dev_secret",
+                &self.dev_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 /// `[auth]`
@@ -604,7 +619,11 @@ pub struct ToolConfig {
     /// The engine instance that runs it (a key of `[engines]`).
     pub engine: String,
     /// JSON Schema (2020-12) of the arguments; its root must be `type = "object"`.
-    /// Arguments are checked against it before any engine call.
+    /// Arguments are checked against it before any engine call. Arguments it does
+    /// not declare (in `properties`, `patternProperties` or a subschema) are
+    /// refused, unless its root sets `additionalProperties` (or
+    /// `unevaluatedProperties`) itself: `additionalProperties = true` lets any
+    /// argument through. Default: `{type = "object"}`, which takes no arguments.
     #[serde(default = "empty_object_schema")]
     pub input_schema: Value,
     /// JSON Schema of the structured result, if the pipeline produces one.

@@ -36,7 +36,8 @@ pub enum CoreError {
     /// No tool has this name.
     #[error("Unknown tool: {0}")]
     UnknownTool(String),
-    /// The arguments fail the tool's input schema; nothing reached the engine.
+    /// The arguments fail the tool's input schema (or name arguments it does not
+    /// declare); nothing reached the engine.
     #[error("Invalid arguments for tool {tool}: {}", problems.join("; "))]
     InvalidArguments {
         /// The tool.
@@ -348,12 +349,15 @@ impl Gateway {
             .ok_or_else(|| CoreError::UnknownTool(name.to_owned()))
     }
 
-    /// Checks `arguments` against the tool's input schema.
+    /// Checks `arguments` against the tool's input schema. A top-level argument
+    /// the schema does not declare is refused unless the schema's root sets
+    /// `additionalProperties` or `unevaluatedProperties` (see
+    /// [`validate::declared_only`]).
     ///
     /// # Errors
     ///
-    /// [`CoreError::InvalidArguments`] naming each failing field and the reason.
-    /// Nothing reaches the engine.
+    /// [`CoreError::InvalidArguments`] naming each failing field (and each
+    /// undeclared argument) and the reason. Nothing reaches the engine.
     pub fn check_arguments(
         &self,
         tool: &Tool,
@@ -368,7 +372,18 @@ impl Gateway {
             .iter_errors(&args)
             .map(|e| {
                 let path = e.instance_path.to_string();
-                if path.is_empty() {
+                if let (
+                    true,
+                    jsonschema::error::ValidationErrorKind::UnevaluatedProperties { unexpected }
+                    | jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected },
+                ) = (path.is_empty(), &e.kind)
+                {
+                    let names: Vec<String> = unexpected.iter().map(|n| format!("{n:?}")).collect();
+                    format!(
+                        "undeclared arguments {}: the tool's input schema does not declare them",
+                        names.join(", ")
+                    )
+                } else if path.is_empty() {
                     format!("arguments: {e}")
                 } else {
                     format!("arguments{path}: {e}")

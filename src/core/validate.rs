@@ -215,13 +215,28 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     }
 }
 
-/// `[auth.oauth]` with the introspection secrets read.
-#[derive(Debug, Clone)]
+/// `[auth.oauth]` with the introspection secrets read. `Debug` never shows
+/// the secrets.
+#[derive(Clone)]
 pub struct OAuthSettings {
     /// The configuration.
     pub config: OAuthConfig,
     /// Per issuer (in order): its introspection client secret, if one is configured.
     pub introspection_secrets: Vec<Option<String>>,
+}
+
+impl std::fmt::Debug for OAuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secrets: Vec<Option<&str>> = self
+            .introspection_secrets
+            .iter()
+            .map(|s| s.as_ref().map(|_| "<redacted>"))
+            .collect();
+        f.debug_struct("OAuthSettings")
+            .field("config", &self.config)
+            .field("introspection_secrets", &secrets)
+            .finish()
+    }
 }
 
 fn check_rule(key: &str, rule: &[AccessRule], problems: &mut Vec<ConfigProblem>) {
@@ -487,7 +502,7 @@ fn check_tool(
         );
         None
     } else {
-        match jsonschema::draft202012::new(&tool.input_schema) {
+        match jsonschema::draft202012::new(&declared_only(&tool.input_schema)) {
             Ok(v) => Some(v),
             Err(e) => {
                 problem("input_schema", format!("not a valid JSON Schema: {e}"));
@@ -508,6 +523,22 @@ fn check_tool(
     } else {
         validator
     }
+}
+
+/// The schema arguments are checked against: `input_schema` itself when its
+/// root says what becomes of undeclared arguments (`additionalProperties` or
+/// `unevaluatedProperties`), else with `unevaluatedProperties = false` added at
+/// the root, so a top-level argument that neither `properties`,
+/// `patternProperties` nor a subschema (`allOf`, `$ref`, …) declares is refused.
+pub(crate) fn declared_only(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Value::Object(root) = &mut schema {
+        if !root.contains_key("additionalProperties") && !root.contains_key("unevaluatedProperties")
+        {
+            root.insert("unevaluatedProperties".to_owned(), Value::Bool(false));
+        }
+    }
+    schema
 }
 
 /// Reads a secret from exactly one of an environment variable, a file or the
@@ -565,6 +596,40 @@ mod tests {
             .iter()
             .map(|p| format!("{}: {}", p.key, p.message))
             .collect()
+    }
+
+    /// Item 10 of the security issue: `Debug` of the configuration and of the
+    /// OAuth settings read from it never shows a key or a secret.
+    #[test]
+    fn debug_never_shows_a_key_or_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret_file = dir.path().join("introspection");
+        std::fs::write(&secret_file, "introspection-SECRET-value\n").unwrap();
+        let text = format!(
+            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"dev-SECRET-0123456789abcdef0123456789\" }}]\n\
+             [auth.oauth]\nresource = \"https://mcp.example.com/mcp\"\n\
+             issuers = [{{ issuer = \"https://idp.example.com\", introspection = {{ client_id = \"tg\", client_secret_file = {:?} }} }}]\n",
+            secret_file.display().to_string()
+        );
+        let cfg: FileConfig = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let shown = format!("{cfg:?} {:?}", cfg.keys.seal[0]);
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let mut problems = Vec::new();
+        let checked = check(&cfg, &mut problems);
+        let oauth = checked.oauth.expect("the OAuth settings are read");
+        assert_eq!(
+            oauth.introspection_secrets[0].as_deref(),
+            Some("introspection-SECRET-value")
+        );
+        let shown = format!("{oauth:?} {oauth:#?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]

@@ -48,10 +48,20 @@ impl Answer {
     }
 }
 
-#[derive(Debug, Clone)]
+/// A token minted at the token endpoint. `Debug` never shows it.
+#[derive(Clone)]
 struct Minted {
     token: String,
     renew_at: u64,
+}
+
+impl std::fmt::Debug for Minted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Minted")
+            .field("token", &"<redacted>")
+            .field("renew_at", &self.renew_at)
+            .finish()
+    }
 }
 
 /// An Airflow REST client shared by an engine's pipelines.
@@ -357,6 +367,20 @@ pub(crate) fn encode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Item 10 of the security issue: a minted token never shows in `Debug`.
+    #[test]
+    fn debug_never_shows_a_minted_token() {
+        let minted = Minted {
+            token: "eyJ-minted-SECRET".into(),
+            renew_at: 5,
+        };
+        let text = format!("{minted:?}");
+        assert!(
+            !text.contains("SECRET") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
 
     fn fixture(name: &str) -> Answer {
         let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));

@@ -567,6 +567,40 @@ mod tests {
         }
     }
 
+    /// Item 9 of the security issue: read, cancel and answer refuse a
+    /// reference to another DAG's run without asking upstream (the configured
+    /// server does not answer).
+    #[tokio::test]
+    async fn a_reference_to_another_dag_is_not_found_by_every_operation() {
+        let p = pipeline();
+        let yes = InputResponse {
+            action: taskgate_engine::InputAction::Accept,
+            content: Some(json!({})),
+        };
+        for bad in [
+            "other/tg-abc",
+            "etl-other/tg-abc",
+            "ETL/tg-abc",
+            "etl",
+            "/tg-abc",
+        ] {
+            let bad = bad.to_owned();
+            assert!(
+                matches!(p.read(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            assert!(
+                matches!(p.cancel(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            let answered = p.answer(&bad, "approve", &yes).await;
+            assert!(
+                matches!(answered, Err(EngineError::NotFound)),
+                "{bad}: {answered:?}"
+            );
+        }
+    }
+
     #[test]
     fn bind_rejects_bad_targets() {
         let engine =

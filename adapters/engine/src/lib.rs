@@ -1,11 +1,12 @@
 //! The engine API of taskgate.
 //!
-//! Every engine (exec, Step Functions, Kubernetes, GitHub Actions) implements
+//! Every engine (exec, Step Functions, Kubernetes, GitHub Actions, Airflow) implements
 //! [`Engine`] and [`Pipeline`] and translates its native run state into the one
 //! canonical [`RunState`]. This crate does no I/O of its own: translation lives in
 //! pure functions in each engine crate, and the server talks to engines only
 //! through these traits, wrapped in the [`Deadlines`] and [`SingleFlight`] layers.
 
+mod env;
 mod error;
 mod layer;
 mod logs;
@@ -15,6 +16,7 @@ mod single_flight;
 mod state;
 pub mod testing;
 
+pub use env::{arg_env_name, arg_env_value, arguments_env};
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};
 pub use logs::{

@@ -70,6 +70,17 @@ impl Spool {
         }
     }
 
+    /// The tool that started run `name` (from its record); `None` when there
+    /// is no such run.
+    ///
+    /// # Errors
+    ///
+    /// A damaged or unreadable record.
+    pub(crate) fn tool_of(&self, name: &str) -> Result<Option<String>, EngineError> {
+        let dir = self.run_dir(name)?;
+        Ok(read_meta(&dir)?.map(|meta| meta.tool))
+    }
+
     /// The folder of run `name`, to watch for changes of its files.
     ///
     /// # Errors
@@ -186,6 +197,9 @@ impl Spool {
                 message: format!("run name {:?} is not usable", launch.run_name),
             });
         }
+        // Arguments that cannot become the environment are refused before the
+        // spool is touched.
+        arg_env(launch.arguments)?;
         self.ensure_spool()?;
         if launch.run_as.is_some() {
             if let Some(problem) = proc::run_as_problem() {
@@ -330,7 +344,15 @@ impl Spool {
     fn command_spec(&self, launch: &Launch<'_>, dir: &Path) -> CommandSpec {
         let target = launch.target;
         let mut env = target.env.clone();
-        env.extend(arg_env(launch.arguments));
+        let pass_env = target.pass_env();
+        // Checked at the start of `start`, so no error is left here. An argument
+        // never replaces a fixed variable, one passed through, or taskgate's own
+        // (set below).
+        for (name, value) in arg_env(launch.arguments).unwrap_or_default() {
+            if !pass_env.contains(&name) {
+                env.entry(name).or_insert(value);
+            }
+        }
         let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
         for (name, value) in [
             ("TASKGATE_ARGS_FILE", path(ARGS)),
@@ -346,7 +368,7 @@ impl Spool {
         CommandSpec {
             argv: target.command.clone(),
             env,
-            pass_env: target.pass_env(),
+            pass_env,
             working_dir: target.working_dir.clone(),
             tail_bytes: self.settings.tail_bytes,
             grace_ms: u64::try_from(self.settings.grace_period.as_millis()).unwrap_or(u64::MAX),
@@ -856,37 +878,15 @@ fn canonical(value: &Value) -> Value {
     }
 }
 
-/// `TASKGATE_ARG_<NAME>` for each top-level argument: the name upper-cased with
-/// anything but letters, digits and `_` turned into `_`; strings as they are,
-/// numbers and booleans as JSON text, null as an empty string, arrays and
-/// objects JSON-encoded. A value with a NUL byte cannot be an environment
-/// variable and is only in the arguments file.
-pub(crate) fn arg_env(arguments: &Value) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    let Value::Object(map) = arguments else {
-        return env;
-    };
-    for (name, value) in map {
-        let name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let value = match value {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            other => other.to_string(),
-        };
-        if !value.contains('\0') {
-            env.insert(format!("TASKGATE_ARG_{name}"), value);
-        }
-    }
-    env
+/// `TASKGATE_ARG_<NAME>` for each top-level argument, by the one mapping of
+/// the engine contract ([`taskgate_engine::arguments_env`]).
+///
+/// # Errors
+///
+/// [`EngineError::InvalidInput`] for two arguments on one name or a value with
+/// a NUL byte.
+pub(crate) fn arg_env(arguments: &Value) -> Result<BTreeMap<String, String>, EngineError> {
+    taskgate_engine::arguments_env(ARG_ENV_PREFIX, arguments)
 }
 
 /// What a result file that could not be read becomes: its size and the cap
@@ -939,6 +939,10 @@ fn share_with_group(dir: &Path, gid: u32) -> std::io::Result<()> {
     std::os::unix::fs::chown(dir, None, Some(gid))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o3770))
 }
+
+/// The prefix of argument variables. `target.env` may not use `TASKGATE_`
+/// names, so an argument never replaces one of the tool's fixed variables.
+pub(crate) const ARG_ENV_PREFIX: &str = "TASKGATE_ARG_";
 
 fn signal(pgid: i32, signal: Signal) -> Result<(), EngineError> {
     proc::signal_group(pgid, Some(signal))
@@ -1004,13 +1008,14 @@ mod tests {
     use taskgate_engine::InputRequest;
 
     #[test]
-    fn args_become_env_vars_verbatim() {
+    fn args_become_env_vars_by_the_shared_mapping() {
         let env = arg_env(&json!({
             "text": "$(touch /tmp/x); rm -rf /",
             "n": 3, "ok": true, "none": null,
             "list": [1, "a"], "obj": {"b": 1},
-            "dash-name": "v", "nul": "a\u{0}b"
-        }));
+            "dash-name": "v"
+        }))
+        .unwrap();
         assert_eq!(env["TASKGATE_ARG_TEXT"], "$(touch /tmp/x); rm -rf /");
         assert_eq!(env["TASKGATE_ARG_N"], "3");
         assert_eq!(env["TASKGATE_ARG_OK"], "true");
@@ -1018,8 +1023,10 @@ mod tests {
         assert_eq!(env["TASKGATE_ARG_LIST"], r#"[1,"a"]"#);
         assert_eq!(env["TASKGATE_ARG_OBJ"], r#"{"b":1}"#);
         assert_eq!(env["TASKGATE_ARG_DASH_NAME"], "v");
-        assert!(!env.contains_key("TASKGATE_ARG_NUL"));
-        assert!(arg_env(&json!([1])).is_empty());
+        assert!(arg_env(&json!([1])).unwrap().is_empty());
+        // Two arguments on one name, and a NUL byte, are refused.
+        assert!(arg_env(&json!({"targetEnv": "a", "targetenv": "b"})).is_err());
+        assert!(arg_env(&json!({"nul": "a\u{0}b"})).is_err());
     }
 
     #[test]

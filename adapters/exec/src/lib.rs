@@ -111,6 +111,7 @@ impl Engine for ExecEngine {
             target: Arc::new(target),
             keep_alive: tool.keep_alive,
             run_as,
+            owned: std::sync::Mutex::default(),
         }))
     }
 
@@ -170,6 +171,36 @@ pub struct ExecPipeline {
     target: Arc<ToolTarget>,
     keep_alive: Option<Duration>,
     run_as: Option<config::RunAs>,
+    /// Names of runs already seen to be this tool's. A run's record (its tool)
+    /// is written before the run exists under its name and never changes, so
+    /// it is read once per run, not once per poll. Cleared when full.
+    owned: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// The most run names [`ExecPipeline::owned`] remembers.
+const OWNED_NAMES: usize = 4096;
+
+impl ExecPipeline {
+    /// Refuses a run that is not this tool's: the engine's spool holds the
+    /// runs of every tool bound to it, and a reference to another tool's run
+    /// (even inside a validly sealed handle) reads as not found.
+    fn own(&self, run: &str) -> Result<(), EngineError> {
+        let mut owned = self
+            .owned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owned.contains(run) {
+            return Ok(());
+        }
+        if self.spool.tool_of(run)?.as_deref() != Some(self.tool.as_str()) {
+            return Err(EngineError::NotFound);
+        }
+        if owned.len() >= OWNED_NAMES {
+            owned.clear();
+        }
+        owned.insert(run.to_owned());
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -211,10 +242,12 @@ impl Pipeline for ExecPipeline {
     /// the read begins), so a read on the spot holds up no crowd. This is why
     /// `spool_dir` must be a local folder.
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
+        self.own(run)?;
         self.spool.read(run)
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
+        self.own(run)?;
         let spool = self.spool.clone();
         let run = run.clone();
         blocking(move || spool.cancel(&run)).await
@@ -226,12 +259,18 @@ impl Pipeline for ExecPipeline {
         key: &str,
         response: &InputResponse,
     ) -> Result<(), EngineError> {
+        self.own(run)?;
         let spool = self.spool.clone();
         let (run, key, response) = (run.clone(), key.to_owned(), response.clone());
         blocking(move || spool.answer(&run, &key, &response)).await
     }
 
     async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
+        match self.own(run_name) {
+            Ok(()) => {}
+            Err(EngineError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        }
         let spool = self.spool.clone();
         let run_name = run_name.to_owned();
         blocking(move || spool.locate(&run_name)).await
@@ -250,6 +289,7 @@ impl Pipeline for ExecPipeline {
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
         let deadline = Instant::now() + wait;
+        self.own(run)?;
         let folder = self.spool.folder_of(run)?;
         let (events, watcher) = match watch_folder(&folder) {
             Ok(pair) => (Some(pair.0), Some(pair.1)),
@@ -292,6 +332,7 @@ impl Pipeline for ExecPipeline {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<LogPage, EngineError> {
+        self.own(run)?;
         let spool = self.spool.clone();
         let (run, cursor) = (run.clone(), cursor.map(str::to_owned));
         blocking(move || spool.logs(&run, cursor.as_deref(), limit)).await

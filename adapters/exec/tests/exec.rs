@@ -652,3 +652,53 @@ async fn probe_and_check_report_what_they_found() {
     .await;
     assert!(broken.probe().await.is_err());
 }
+
+/// Item 9 of the security issue: a reference to another tool's run (both
+/// tools on one engine, so one spool) reads as not found for read, cancel,
+/// answer, logs and locate, and leaves that run alone.
+#[tokio::test]
+async fn a_reference_to_another_tools_run_is_not_found() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let owner = bind(&e, json!({"command": [tool("ask.sh")]}));
+    let other = e
+        .bind(&ToolDecl {
+            input_schema: json!({"type": "object"}),
+            name: "other".into(),
+            target: json!({"command": [tool("ask.sh")]}),
+            keep_alive: None,
+        })
+        .unwrap();
+    let run = owner.start(request("tg-owned", json!({}))).await.unwrap();
+    wait_for(&owner, &run, "asking", |o| {
+        matches!(
+            o,
+            Ok(Snapshot {
+                state: RunState::InputRequired { .. },
+                ..
+            })
+        )
+    })
+    .await
+    .unwrap();
+    let yes = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({"ok": true})),
+    };
+    let not_found = |r: Result<(), EngineError>, what: &str| {
+        assert!(matches!(r, Err(EngineError::NotFound)), "{what}: {r:?}");
+    };
+    not_found(other.read(&run).await.map(|_| ()), "read");
+    not_found(other.cancel(&run).await, "cancel");
+    not_found(other.answer(&run, "approve", &yes).await, "answer");
+    not_found(other.logs(&run, None, 10).await.map(|_| ()), "logs");
+    assert_eq!(other.locate(&run).await.unwrap(), None);
+    // The run is untouched: still asking, and its own tool answers it.
+    assert!(matches!(
+        owner.read(&run).await.unwrap().state,
+        RunState::InputRequired { .. }
+    ));
+    owner.answer(&run, "approve", &yes).await.unwrap();
+    let (_, is_error, _) = completed(&wait_terminal(&owner, &run).await);
+    assert!(!is_error);
+}

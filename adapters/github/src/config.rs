@@ -59,8 +59,8 @@ pub struct EngineSettings {
     pub lookup_delay: Option<Duration>,
 }
 
-/// How a token is obtained.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a token is obtained. `Debug` shows neither the token nor the key.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Auth {
     /// A bearer token (personal access token, or similar).
     Token(String),
@@ -73,6 +73,24 @@ pub(crate) enum Auth {
         /// The installation id.
         installation_id: u64,
     },
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Token(_) => f.write_str("Token(<redacted>)"),
+            Self::App {
+                app_id,
+                installation_id,
+                ..
+            } => f
+                .debug_struct("App")
+                .field("app_id", app_id)
+                .field("installation_id", installation_id)
+                .field("private_key_pem", &"<redacted>")
+                .finish(),
+        }
+    }
 }
 
 /// Settings after validation.
@@ -400,6 +418,28 @@ impl ToolTarget {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Item 10 of the security issue: `Debug` prints neither the token nor the
+    /// App's private key.
+    #[test]
+    fn debug_never_shows_the_token_or_key() {
+        let token = Auth::Token("ghp_0123456789abcdefSECRET".into());
+        let app = Auth::App {
+            app_id: 7,
+            private_key_pem: b"-----BEGIN PRIVATE KEY-----\nSECRETKEY\n".to_vec(),
+            installation_id: 9,
+        };
+        for (auth, secret) in [(&token, "ghp_0123"), (&app, "SECRETKEY")] {
+            let text = format!("{auth:?} {auth:#?}");
+            assert!(!text.contains(secret), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        // Nor does the validated engine configuration holding it.
+        let v = settings(json!({"token_env": "GH_TOKEN"})).unwrap();
+        assert!(!format!("{v:?}").contains("ghp_x"), "{v:?}");
+        // The private key bytes would otherwise print as numbers.
+        assert!(!format!("{app:?}").contains("45, 45"), "{app:?}");
+    }
 
     fn settings(v: Value) -> Result<Validated, ConfigError> {
         taskgate_engine::from_value::<EngineSettings>(v)?

@@ -250,6 +250,26 @@ impl GithubPipeline {
         format!("{}/actions/runs/{id}", self.repo_path(&r.owner, &r.repo))
     }
 
+    /// Reads a reference and checks that it names a run of this tool's
+    /// repository: a reference to any other repository (even inside a validly
+    /// sealed handle) is not found, and nothing is asked of GitHub.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] for a malformed or foreign reference.
+    fn own_ref(&self, native: &str) -> Result<RunRef, EngineError> {
+        let r = RunRef::parse(native)?;
+        if r.owner != self.target.owner || r.repo != self.target.repo {
+            tracing::warn!(
+                owner = %r.owner,
+                repo = %r.repo,
+                "a run reference outside the tool's repository was refused"
+            );
+            return Err(EngineError::NotFound);
+        }
+        Ok(r)
+    }
+
     fn reference(&self, key: RunKey) -> NativeRef {
         RunRef {
             owner: self.target.owner.clone(),
@@ -560,7 +580,7 @@ impl Pipeline for GithubPipeline {
     }
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
-        let r = RunRef::parse(run)?;
+        let r = self.own_ref(run)?;
         let mut budget = Budget::default();
         match &r.key {
             RunKey::Id(id) => {
@@ -599,7 +619,7 @@ impl Pipeline for GithubPipeline {
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
         tokio::time::sleep(wait).await;
-        let r = RunRef::parse(run)?;
+        let r = self.own_ref(run)?;
         let (RunKey::Id(id), Some((run_tag, jobs_tag))) = (
             &r.key,
             last.revision.as_deref().and_then(|t| t.split_once('\n')),
@@ -643,7 +663,7 @@ impl Pipeline for GithubPipeline {
         limit: usize,
     ) -> Result<LogPage, EngineError> {
         let mut pos = Pos::parse(cursor)?;
-        let r = RunRef::parse(run)?;
+        let r = self.own_ref(run)?;
         let mut budget = Budget::default();
         let id = match &r.key {
             RunKey::Id(id) => *id,
@@ -762,7 +782,7 @@ impl Pipeline for GithubPipeline {
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
-        let r = RunRef::parse(run)?;
+        let r = self.own_ref(run)?;
         let mut budget = Budget::default();
         let id = self.resolve_id(&r, &mut budget).await?;
         let answer = self
@@ -803,7 +823,7 @@ impl Pipeline for GithubPipeline {
             return Err(EngineError::unsupported("answer input"));
         }
         let body = translate::review_body(key, response)?;
-        let r = RunRef::parse(run)?;
+        let r = self.own_ref(run)?;
         let mut budget = Budget::default();
         let id = self.resolve_id(&r, &mut budget).await?;
         let answer = self

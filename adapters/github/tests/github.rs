@@ -941,3 +941,62 @@ async fn an_unchanged_run_is_asked_with_its_etags_and_spends_no_budget() {
     assert!(d.remaining() < before);
     d.assert_clean();
 }
+
+/// Item 9 of the security issue: a reference to a run of another repository
+/// (another owner, another repository, a case variant, the same run id) is not
+/// found by read, cancel, answer and logs, and GitHub is never asked about it:
+/// the double sees no request at all, so nothing of the other repository is
+/// read, cancelled or approved with taskgate's token.
+#[tokio::test]
+async fn a_reference_to_another_repositorys_run_goes_nowhere() {
+    let d = Double::start().await;
+    let p = pipeline(
+        &d,
+        json!({"environment_approval": {"message": "Approve deployment to {environment}?"}}),
+    )
+    .await;
+    let native = p
+        .start(request("tg-own", json!({"version": "7"})))
+        .await
+        .unwrap();
+    let id = run_id(&native);
+    d.wait_on_environment(id);
+    let key = {
+        let s = p.read(&native).await.unwrap();
+        let RunState::InputRequired { requests, .. } = &s.state else {
+            panic!("{s:?}")
+        };
+        requests.keys().next().unwrap().clone()
+    };
+    d.clear_seen();
+    let accept = InputResponse {
+        action: InputAction::Accept,
+        content: Some(json!({})),
+    };
+    for foreign in [
+        format!("evil-org/{REPO}/{id}"),
+        format!("{OWNER}/other-repo/{id}"),
+        "evil-org/evil-repo/~tg-own~1700000000".to_owned(),
+        format!("{}/{REPO}/{id}", OWNER.to_uppercase()),
+        format!("{OWNER}/{REPO}/../../evil-org/evil-repo/{id}"),
+    ] {
+        let not_found = |what: &str, r: Result<(), EngineError>| {
+            assert!(
+                matches!(r, Err(EngineError::NotFound)),
+                "{what} {foreign}: {r:?}"
+            );
+        };
+        not_found("read", p.read(&foreign).await.map(|_| ()));
+        not_found("cancel", p.cancel(&foreign).await);
+        not_found("answer", p.answer(&foreign, &key, &accept).await);
+        not_found("logs", p.logs(&foreign, None, 10).await.map(|_| ()));
+    }
+    assert!(d.seen().is_empty(), "GitHub was asked: {:?}", d.lines());
+    assert!(d.reviews().is_empty());
+    // The tool's own run is untouched and still asks.
+    assert!(matches!(
+        p.read(&native).await.unwrap().state,
+        RunState::InputRequired { .. }
+    ));
+    d.assert_clean();
+}

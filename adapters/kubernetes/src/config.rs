@@ -76,12 +76,18 @@ pub struct ToolTarget {
     /// the result (default: the first container of the pod template).
     pub container: Option<String>,
     /// Each top-level argument becomes an environment variable named
-    /// `<prefix><KEY>` (the key upper-cased, anything but letters and digits
-    /// turned into `_`); strings as they are, other values as JSON.
+    /// `<prefix><KEY>` (the key upper-cased, anything but ASCII letters and
+    /// digits turned into `_`); strings as they are, `null` as an empty string,
+    /// other values as JSON (the mapping every engine shares). Must not be empty,
+    /// and no variable of the container's own `env` may start with it, so an
+    /// argument never replaces one; two arguments that map to one name are
+    /// refused. Variables from `envFrom` sources yield to `env`: keep their names
+    /// off this prefix too.
     pub args_env_prefix: Option<String>,
     /// All arguments, as one JSON document, in this environment variable. When
     /// neither this nor `args_env_prefix` is set, arguments go to
-    /// `TASKGATE_ARGUMENTS`.
+    /// `TASKGATE_ARGUMENTS`. Must not be a variable of the container's own, nor
+    /// start with `args_env_prefix`.
     pub args_json_env: Option<String>,
     /// An approval gate: the Job is created suspended and the task asks the client
     /// this question (input request key `approval`); accept resumes the Job,
@@ -227,11 +233,34 @@ impl ToolTarget {
                 .map(|c| c.name.clone())
                 .ok_or_else(|| ConfigError::new(key, "the pod template has no containers"))?,
         };
+        // The container's own variables: no argument may replace one.
+        let own: Vec<&str> = containers
+            .iter()
+            .find(|c| c.name == container)
+            .and_then(|c| c.env.as_ref())
+            .map(|env| env.iter().map(|e| e.name.as_str()).collect())
+            .unwrap_or_default();
         if let Some(prefix) = &self.args_env_prefix {
-            if !prefix.is_empty() && !is_env_name(prefix) {
+            if prefix.is_empty() {
+                return Err(ConfigError::new(
+                    "target.args_env_prefix",
+                    "must not be empty: an argument could then replace any variable of the \
+                     container (use a prefix such as \"ARG_\")",
+                ));
+            }
+            if !is_env_name(prefix) {
                 return Err(ConfigError::new(
                     "target.args_env_prefix",
                     "must be letters, digits and _ and not start with a digit",
+                ));
+            }
+            if let Some(name) = own.iter().find(|n| n.starts_with(prefix.as_str())) {
+                return Err(ConfigError::new(
+                    "target.args_env_prefix",
+                    format!(
+                        "{prefix:?} is also the start of the container's own variable {name}, \
+                         which an argument could replace; choose another prefix"
+                    ),
                 ));
             }
         }
@@ -242,6 +271,29 @@ impl ToolTarget {
                     "must be letters, digits and _ and not start with a digit",
                 ));
             }
+            if own.contains(&name.as_str()) {
+                return Err(ConfigError::new(
+                    "target.args_json_env",
+                    format!("{name} is already a variable of the container"),
+                ));
+            }
+            if let Some(prefix) = self.args_env_prefix.as_deref() {
+                if name.starts_with(prefix) {
+                    return Err(ConfigError::new(
+                        "target.args_json_env",
+                        format!("{name} starts with args_env_prefix {prefix:?}, where an argument could take it"),
+                    ));
+                }
+            }
+        }
+        if self.args_env_prefix.is_none()
+            && self.args_json_env.is_none()
+            && own.contains(&DEFAULT_ARGS_JSON_ENV)
+        {
+            return Err(ConfigError::new(
+                "target",
+                format!("the container already has {DEFAULT_ARGS_JSON_ENV}: set args_json_env to another name"),
+            ));
         }
         let args_json_env = match (&self.args_env_prefix, &self.args_json_env) {
             (None, None) => Some(DEFAULT_ARGS_JSON_ENV.to_owned()),
@@ -367,6 +419,9 @@ mod tests {
 
     const YAML: &str = "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n      - name: side\n        image: busybox\n";
 
+    /// A template whose container has a variable of its own from a Secret.
+    const OWN_ENV: &str = "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n        env:\n        - name: DB_PASSWORD\n          valueFrom: {secretKeyRef: {name: db, key: password}}\n";
+
     fn target(v: Value) -> Result<Bound, ConfigError> {
         from_value::<ToolTarget>(v)
             .map_err(|e| e.within("target"))?
@@ -442,6 +497,30 @@ mod tests {
             (
                 json!({"template": YAML, "args_env_prefix": "A-"}),
                 "target.args_env_prefix",
+            ),
+            (
+                json!({"template": YAML, "args_env_prefix": ""}),
+                "target.args_env_prefix",
+            ),
+            (
+                json!({"template": OWN_ENV, "args_env_prefix": "DB_"}),
+                "target.args_env_prefix",
+            ),
+            (
+                json!({"template": OWN_ENV, "args_env_prefix": "D"}),
+                "target.args_env_prefix",
+            ),
+            (
+                json!({"template": OWN_ENV, "args_json_env": "DB_PASSWORD"}),
+                "target.args_json_env",
+            ),
+            (
+                json!({"template": YAML, "args_env_prefix": "ARG_", "args_json_env": "ARG_ALL"}),
+                "target.args_json_env",
+            ),
+            (
+                json!({"template": OWN_ENV.replace("DB_PASSWORD", "TASKGATE_ARGUMENTS")}),
+                "target",
             ),
             (json!({"template": YAML, "cancel": "explode"}), "target"),
             (

@@ -243,7 +243,7 @@ impl Pipeline for KubernetesPipeline {
             self.client.namespace(),
             &request,
             keep_alive,
-        );
+        )?;
         for _ in 0..2 {
             match self.client.create_job(&job, false).await? {
                 Created::Job => {
@@ -512,7 +512,7 @@ impl Pipeline for KubernetesPipeline {
             self.client.namespace(),
             &request,
             self.keep_alive,
-        );
+        )?;
         job.metadata.name = None;
         job.metadata.generate_name = Some("taskgate-check-".into());
         match self.client.create_job(&job, true).await {
@@ -531,6 +531,81 @@ impl Pipeline for KubernetesPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Item 9 of the security issue: a Job that is not this tool's (another
+    /// tool's label, or none) reads as not found, and a name that cannot be a
+    /// Job is refused by read, cancel and answer without asking the API server
+    /// (the one configured here does not answer).
+    #[tokio::test]
+    async fn a_reference_outside_the_tool_is_not_found() {
+        let dir = std::env::temp_dir().join(format!("tg-k8s-own-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: a\n  context: {cluster: c, user: u, namespace: jobs}\n",
+        )
+        .unwrap();
+        let settings = EngineSettings::from_value(json!({"kubeconfig": path})).unwrap();
+        choose_tls_backend();
+        let client = KubeClient::new(&settings).await.unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let template = "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: x}]\n";
+        let bound = serde_json::from_value::<ToolTarget>(
+            json!({"template": template, "approval": {"message": "Go?"}}),
+        )
+        .unwrap()
+        .validate("jobs")
+        .unwrap();
+        let pipeline = KubernetesPipeline {
+            client,
+            tool: "deploy".into(),
+            tool_label: label_value("deploy"),
+            keep_alive: None,
+            bound,
+        };
+        let job = |labels: Value| -> Job {
+            serde_json::from_value(json!({"metadata": {"name": "tg-x", "labels": labels}})).unwrap()
+        };
+        assert!(pipeline
+            .check_own(job(json!({LABEL_TOOL: "deploy"})))
+            .is_ok());
+        for foreign in [
+            json!({LABEL_TOOL: "other"}),
+            json!({}),
+            json!({"app": "deploy"}),
+        ] {
+            assert!(
+                matches!(
+                    pipeline.check_own(job(foreign.clone())),
+                    Err(EngineError::NotFound)
+                ),
+                "{foreign}"
+            );
+        }
+        let yes = InputResponse {
+            action: taskgate_engine::InputAction::Accept,
+            content: None,
+        };
+        for bad in ["Not_A-Name", "../other-namespace/tg-x", "jobs/tg-x", ""] {
+            let bad = bad.to_owned();
+            assert!(
+                matches!(pipeline.read(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            assert!(
+                matches!(pipeline.cancel(&bad).await, Err(EngineError::NotFound)),
+                "{bad}"
+            );
+            assert!(
+                matches!(
+                    pipeline.answer(&bad, APPROVAL_KEY, &yes).await,
+                    Err(EngineError::NotFound)
+                ),
+                "{bad}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn build_validates_settings_before_reading_any_config() {

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use taskgate_engine::{
-    spec_hash, InputRequest, Progress, RunState, Snapshot, StartRequest, ToolOutput,
+    arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot,
+    StartRequest, ToolOutput,
 };
 
 use crate::config::{ApprovalGate, Bound};
@@ -79,37 +80,31 @@ pub(crate) fn canonical(value: &Value) -> Value {
     }
 }
 
-/// The environment variables that carry `arguments` into the container.
-#[must_use]
-pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Vec<EnvVar> {
+/// The environment variables that carry `arguments` into the container: one
+/// per top-level argument under `args_env_prefix` (the shared mapping of
+/// [`taskgate_engine::arguments_env`]), and all of them as JSON in
+/// `args_json_env`.
+///
+/// # Errors
+///
+/// [`EngineError::InvalidInput`] for two arguments on one name or a value with
+/// a NUL byte (nothing is created).
+pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Result<Vec<EnvVar>, EngineError> {
     let arguments = canonical(arguments);
     let mut env = Vec::new();
-    if let (Some(prefix), Value::Object(map)) = (&bound.args_env_prefix, &arguments) {
-        let mut by_name = BTreeMap::new();
-        for (key, value) in map {
-            let name: String = key
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() {
-                        c.to_ascii_uppercase()
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let text = match value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            by_name.insert(format!("{prefix}{name}"), text);
-        }
-        env.extend(by_name.into_iter().map(|(name, value)| EnvVar {
-            name,
-            value: Some(value),
-            value_from: None,
-        }));
+    if let Some(prefix) = &bound.args_env_prefix {
+        env.extend(
+            arguments_env(prefix, &arguments)?
+                .into_iter()
+                .map(|(name, value)| EnvVar {
+                    name,
+                    value: Some(value),
+                    value_from: None,
+                }),
+        );
     }
     if let Some(name) = &bound.args_json_env {
+        // Configuration keeps this name off the prefix: no argument has it.
         env.retain(|e: &EnvVar| &e.name != name);
         env.push(EnvVar {
             name: name.clone(),
@@ -117,20 +112,26 @@ pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Vec<EnvVar> {
             value_from: None,
         });
     }
-    env
+    Ok(env)
 }
 
 /// Renders the Job of one call: the template with the run's name, namespace,
 /// labels, arguments (environment of the chosen container), suspension (approval
-/// gate) and TTL set, and the spec hash annotated.
-#[must_use]
+/// gate) and TTL set, and the spec hash annotated. Argument variables are
+/// added to the container's own and never replace one of them (configuration
+/// keeps the template's names off the prefix; a clash would keep the
+/// template's).
+///
+/// # Errors
+///
+/// [`EngineError::InvalidInput`] from [`argument_env`].
 pub(crate) fn render_job(
     bound: &Bound,
     tool: &str,
     namespace: &str,
     request: &StartRequest,
     keep_alive: Option<Duration>,
-) -> Job {
+) -> Result<Job, EngineError> {
     let mut job = bound.template.clone();
     let meta = &mut job.metadata;
     meta.name = Some(request.run_name.clone());
@@ -153,17 +154,16 @@ pub(crate) fn render_job(
     if bound.approval.is_some() {
         spec.suspend = Some(true);
     }
-    let env = argument_env(bound, &request.arguments);
+    let env = argument_env(bound, &request.arguments)?;
     if let Some(pod) = spec.template.spec.as_mut() {
         if let Some(container) = pod
             .containers
             .iter_mut()
             .find(|c| c.name == bound.container)
         {
-            let names: BTreeSet<&str> = env.iter().map(|e| e.name.as_str()).collect();
             let existing = container.env.get_or_insert_with(Vec::new);
-            existing.retain(|e| !names.contains(e.name.as_str()));
-            existing.extend(env.iter().cloned());
+            let own: BTreeSet<String> = existing.iter().map(|e| e.name.clone()).collect();
+            existing.extend(env.into_iter().filter(|e| !own.contains(&e.name)));
         }
     }
     let hash = spec_hash(&serde_json::to_vec(&job.spec).unwrap_or_default());
@@ -172,7 +172,7 @@ pub(crate) fn render_job(
     if bound.approval.is_some() {
         annotations.insert(ANN_APPROVAL.into(), APPROVAL_PENDING.into());
     }
-    job
+    Ok(job)
 }
 
 /// The value of annotation `key` of `job`.
@@ -880,7 +880,7 @@ mod tests {
     }
 
     fn bound(extra: Value) -> Bound {
-        let mut target = json!({"template": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  labels: {team: data}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n        env:\n        - {name: KEEP, value: \"1\"}\n        - {name: ARG_DATASET, value: old}\n      - name: side\n        image: busybox\n"});
+        let mut target = json!({"template": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  labels: {team: data}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n        env:\n        - {name: KEEP, value: \"1\"}\n        - {name: DB_TOKEN, valueFrom: {secretKeyRef: {name: db, key: token}}}\n      - name: side\n        image: busybox\n"});
         for (k, v) in extra.as_object().unwrap() {
             target[k] = v.clone();
         }
@@ -909,7 +909,8 @@ mod tests {
             "jobs",
             &request(args),
             Some(Duration::from_secs(3600)),
-        );
+        )
+        .unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("tg-abc"));
         assert_eq!(job.metadata.namespace.as_deref(), Some("jobs"));
         assert_eq!(label(&job, LABEL_TOOL), Some("analyze"));
@@ -925,13 +926,14 @@ mod tests {
             .clone()
             .unwrap()
             .into_iter()
-            .map(|e| (e.name, e.value.unwrap()))
+            .map(|e| (e.name, e.value.unwrap_or_else(|| "<from>".into())))
             .collect();
         let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
         assert_eq!(
             env,
             vec![
                 s("KEEP", "1"),
+                s("DB_TOKEN", "<from>"),
                 s("ARG_DATASET", "sales"),
                 s("ARG_LIMIT", "5"),
                 s("ARG_OPTS", r#"{"a":2,"b":1}"#),
@@ -947,14 +949,58 @@ mod tests {
         assert_eq!(annotation(&job, ANN_APPROVAL), None);
     }
 
+    /// An argument never replaces a variable of the template's own, even when a
+    /// bound target would let its name through (configuration refuses such a
+    /// prefix; rendering still keeps the template's), and two arguments on one
+    /// name are refused.
+    #[test]
+    fn arguments_never_replace_the_templates_variables() {
+        let mut b = bound(json!({"args_env_prefix": "ARG_"}));
+        b.args_env_prefix = Some(String::new());
+        let job = render_job(
+            &b,
+            "t",
+            "jobs",
+            &request(json!({"db_token": "attacker", "keep": "2", "new": "x"})),
+            None,
+        )
+        .unwrap();
+        let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let token: Vec<_> = env.iter().filter(|e| e.name == "DB_TOKEN").collect();
+        assert_eq!(token.len(), 1);
+        assert!(token[0].value.is_none() && token[0].value_from.is_some());
+        let keep: Vec<_> = env.iter().filter(|e| e.name == "KEEP").collect();
+        assert_eq!(keep.len(), 1);
+        assert_eq!(keep[0].value.as_deref(), Some("1"));
+        assert!(env.iter().any(|e| e.name == "NEW"));
+
+        let b = bound(json!({"args_env_prefix": "ARG_"}));
+        let err = render_job(
+            &b,
+            "t",
+            "jobs",
+            &request(json!({"targetEnv": "staging", "targetenv": "production"})),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, EngineError::InvalidInput { message } if message.contains("ARG_TARGETENV")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn the_spec_hash_tells_equal_calls_from_different_ones() {
         let b = bound(json!({}));
-        let one = render_job(&b, "t", "jobs", &request(json!({"a": 1, "b": 2})), None);
+        let one = render_job(&b, "t", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
         let same: Value = serde_json::from_str(r#"{"b": 2, "a": 1}"#).unwrap();
-        let two = render_job(&b, "t", "jobs", &request(same), None);
-        let other = render_job(&b, "t", "jobs", &request(json!({"a": 2})), None);
-        let other_tool = render_job(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None);
+        let two = render_job(&b, "t", "jobs", &request(same), None).unwrap();
+        let other = render_job(&b, "t", "jobs", &request(json!({"a": 2})), None).unwrap();
+        let other_tool =
+            render_job(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
         assert!(same_job(&one, &two));
         assert!(!same_job(&one, &other));
         assert!(!same_job(&one, &other_tool));
@@ -978,7 +1024,7 @@ mod tests {
             json!({"approval": {"message": "Go?"}, "cancel": "suspend", "container": "side"}),
         );
         assert_eq!(b.cancel, CancelMode::Suspend);
-        let job = render_job(&b, "t", "jobs", &request(json!({})), None);
+        let job = render_job(&b, "t", "jobs", &request(json!({})), None).unwrap();
         assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
         assert_eq!(annotation(&job, ANN_APPROVAL), Some(APPROVAL_PENDING));
         let pod = job.spec.unwrap().template.spec.unwrap();

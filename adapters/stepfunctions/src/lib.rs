@@ -442,5 +442,42 @@ mod tests {
             pipeline.read(&foreign).await,
             Err(EngineError::NotFound)
         ));
+        // Item 9 of the security issue: the same for cancel and answer, and for
+        // references to the same name in another account or region, or to a
+        // machine whose name merely starts like this one's.
+        let gated = engine
+            .bind(&tool(json!({"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:A",
+                "human_step": {"state": "Approve", "message": "Approve?", "schema": {"type": "object"}}})))
+            .unwrap();
+        let yes = InputResponse {
+            action: taskgate_engine::InputAction::Accept,
+            content: Some(json!({})),
+        };
+        for foreign in [
+            "arn:aws:states:us-east-1:123456789012:execution:B:tg-x",
+            "arn:aws:states:us-east-1:999999999999:execution:A:tg-x",
+            "arn:aws:states:eu-west-1:123456789012:execution:A:tg-x",
+            "arn:aws:states:us-east-1:123456789012:execution:AB:tg-x",
+            "arn:aws:states:us-east-1:123456789012:execution:A:tg-x:extra",
+            "arn:aws:states:us-east-1:123456789012:execution:A:",
+            "tg-x",
+        ] {
+            let foreign = foreign.to_owned();
+            for p in [&pipeline, &gated] {
+                assert!(
+                    matches!(p.read(&foreign).await, Err(EngineError::NotFound)),
+                    "{foreign}"
+                );
+                assert!(
+                    matches!(p.cancel(&foreign).await, Err(EngineError::NotFound)),
+                    "{foreign}"
+                );
+            }
+            let answered = gated.answer(&foreign, "Approve", &yes).await;
+            assert!(
+                matches!(answered, Err(EngineError::NotFound)),
+                "{foreign}: {answered:?}"
+            );
+        }
     }
 }
