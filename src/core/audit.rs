@@ -178,32 +178,16 @@ pub fn record(
     run: Option<&str>,
     outcome: Outcome,
 ) {
-    let (word, reason) = match outcome {
-        Outcome::Ok => ("ok", ""),
-        Outcome::Failed => ("failed", ""),
-        Outcome::Refused(why) => ("refused", why),
-    };
-    let emit = |context: Option<&Context>| {
-        let (peer, request, method) =
-            context.map_or(("", "", ""), |c| (&*c.peer, &*c.request, &*c.method));
-        tracing::info!(
-            target: TARGET,
-            action = action.label(),
-            caller = caller,
-            peer = peer,
-            request = request,
-            method = method,
-            tool = tool.unwrap_or(""),
-            dialect = dialect.map_or("", dialect_label),
-            run = run.unwrap_or(""),
-            outcome = word,
-            reason = reason,
-            "audit"
-        );
-    };
-    if CONTEXT.try_with(|c| emit(Some(c))).is_err() {
-        emit(None);
-    }
+    emit(&Event {
+        action,
+        caller,
+        starter: "",
+        approver: "",
+        tool: tool.unwrap_or(""),
+        dialect,
+        run,
+        outcome,
+    });
 }
 
 /// Who answered an input request of whose run: the answering caller, the
@@ -228,34 +212,60 @@ pub fn record_answer(
     run: Option<&str>,
     outcome: Outcome,
 ) {
-    let (word, reason) = match outcome {
+    emit(&Event {
+        action: Action::Answer,
+        caller: who.caller,
+        starter: who.starter,
+        approver: if who.approval { who.caller } else { "" },
+        tool,
+        dialect,
+        run,
+        outcome,
+    });
+}
+
+/// The fields of one event that its recorder gives (the peer, request id and
+/// method come from the request's [`Context`]); empty strings for what does
+/// not apply, so every event has the same fields.
+struct Event<'a> {
+    action: Action,
+    caller: &'a str,
+    starter: &'a str,
+    approver: &'a str,
+    tool: &'a str,
+    dialect: Option<Dialect>,
+    run: Option<&'a str>,
+    outcome: Outcome,
+}
+
+fn emit(event: &Event<'_>) {
+    let (word, reason) = match event.outcome {
         Outcome::Ok => ("ok", ""),
         Outcome::Failed => ("failed", ""),
         Outcome::Refused(why) => ("refused", why),
     };
-    let emit = |context: Option<&Context>| {
+    let write = |context: Option<&Context>| {
         let (peer, request, method) =
             context.map_or(("", "", ""), |c| (&*c.peer, &*c.request, &*c.method));
         tracing::info!(
             target: TARGET,
-            action = Action::Answer.label(),
-            caller = who.caller,
-            starter = who.starter,
-            approver = if who.approval { who.caller } else { "" },
-            approval = who.approval,
+            action = event.action.label(),
+            caller = event.caller,
+            starter = event.starter,
+            approver = event.approver,
             peer = peer,
             request = request,
             method = method,
-            tool = tool,
-            dialect = dialect.map_or("", dialect_label),
-            run = run.unwrap_or(""),
+            tool = event.tool,
+            dialect = event.dialect.map_or("", dialect_label),
+            run = event.run.unwrap_or(""),
             outcome = word,
             reason = reason,
             "audit"
         );
     };
-    if CONTEXT.try_with(|c| emit(Some(c))).is_err() {
-        emit(None);
+    if CONTEXT.try_with(|c| write(Some(c))).is_err() {
+        write(None);
     }
 }
 

@@ -113,6 +113,8 @@ class Protected:
         deploy = (
             '[[tools]]\nname = "deploy"\nengine = "local"\nmode = "hybrid"\npoll_interval = "200ms"\n'
             'access = [{ scopes = ["pipelines.deploy"] }]\n'
+            'input_schema = { type = "object", properties = { label = { type = "string" }, '
+            'seconds = { type = "integer", minimum = 0 } } }\n'
             f"target = {{ command = [{work}] }}\n\n"
         )
         text = setup.config.read_text() + deploy + (
