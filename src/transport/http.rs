@@ -50,7 +50,7 @@ fn router_with(
         .route("/healthz", get(|| async { "ok\n" }));
     // With `server.metrics_listen` set, /metrics is served there only.
     if gw.server.metrics_listen.is_none() {
-        router = router.route("/metrics", get(metrics));
+        router = router.route("/metrics", get(super::metrics_port::metrics));
     }
     if let Some(o) = &oauth {
         for path in o.metadata_paths() {
@@ -238,29 +238,6 @@ async fn method_not_allowed() -> Response {
         "taskgate serves MCP with POST only\n",
     )
         .into_response()
-}
-
-/// `/metrics`: OpenMetrics text to a scraper that accepts it (Prometheus
-/// does), the classic text format otherwise.
-pub(super) async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let open = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"));
-    let waits = gw.waits_in_flight();
-    let (kind, body) = if open {
-        (
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            gw.metrics.render(waits),
-        )
-    } else {
-        (
-            "text/plain; version=0.0.4; charset=utf-8",
-            gw.metrics.render_classic(waits),
-        )
-    };
-    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
 fn json_response(status: u16, body: &Value) -> Response {

@@ -1,10 +1,15 @@
 //! The metrics port (`server.metrics_listen`): a second HTTP listener that serves
 //! `GET /metrics` and `GET /healthz` and nothing else, so a scraper, a probe and a
-//! network policy can be given this port without being given MCP.
+//! network policy can be given this port without being given MCP. The
+//! `/metrics` answer itself lives here too; the MCP listener serves it as well
+//! when no metrics port is set.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::get;
 use axum::Router;
 
@@ -42,7 +47,7 @@ pub(super) async fn start(gw: &Arc<Gateway>) -> std::io::Result<Option<MetricsPo
     let local: SocketAddr = listener.local_addr()?;
     tracing::info!(address = %local, "serving /metrics and /healthz on http://{local}");
     let router = Router::new()
-        .route("/metrics", get(super::http::metrics))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(gw.clone());
     let service = hyper_util::service::TowerToHyperService::new(router);
@@ -70,4 +75,27 @@ pub(super) async fn start(gw: &Arc<Gateway>) -> std::io::Result<Option<MetricsPo
         }
     });
     Ok(Some(MetricsPort { accept }))
+}
+
+/// `/metrics`: OpenMetrics text to a scraper that accepts it (Prometheus
+/// does), the classic text format otherwise.
+pub(super) async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let open = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let waits = gw.waits_in_flight();
+    let (kind, body) = if open {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            gw.metrics.render(waits),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            gw.metrics.render_classic(waits),
+        )
+    };
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
