@@ -4,7 +4,10 @@
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 
-use crate::folder::MAX_RECORD_BYTES;
+/// The largest record taskgate reads whole (`meta.json`, `pid.json`,
+/// `exit.json`, an input request): its own are a few hundred bytes, and a
+/// larger one (left by a process) is refused without being read.
+pub(crate) const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 /// The most a record or a `/proc` stat line is expected to take; a larger file
 /// is still read whole, with more reads.

@@ -195,11 +195,6 @@ impl RunFolder {
     }
 }
 
-/// The largest record taskgate reads whole (`meta.json`, `pid.json`,
-/// `exit.json`, an input request): its own are a few hundred bytes, and a
-/// larger one (left by a process) is refused without being read.
-pub(crate) const MAX_RECORD_BYTES: u64 = 1 << 20;
-
 /// A file larger than the cap it is read with.
 #[derive(Debug)]
 pub(crate) struct TooLarge {
@@ -234,7 +229,7 @@ fn directory_flags() -> OFlag {
 /// waiting on a FIFO (`O_NOFOLLOW`, `O_NONBLOCK`: a process may have put
 /// either in a record's place). [`RunFolder::capped`] and the status read
 /// also check that it is a regular file with one link; a record is read with
-/// the cap [`MAX_RECORD_BYTES`] and must parse.
+/// the cap [`crate::buffer::MAX_RECORD_BYTES`] and must parse.
 fn open_in(dir: impl AsFd, name: &str) -> std::io::Result<Option<File>> {
     let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
     match fcntl::openat(dir, name, flags, Mode::empty()) {
