@@ -16,8 +16,8 @@ use subtle::ConstantTimeEq;
 use tracing::Instrument;
 
 use crate::core::audit::{self, Action, Outcome};
-use crate::core::budget;
 use crate::core::handle::Purpose;
+use crate::core::stack::call_budget;
 use crate::core::{Caller, Gateway};
 use crate::dialect::session::Session;
 use crate::dialect::wire::{Outbound, Version};
@@ -365,7 +365,7 @@ pub async fn dispatch(
     } else {
         audit::Context::new(inbound.peer, method)
     };
-    let work = budget::within_for(
+    let work = call_budget::within_for(
         gw.server.max_engine_calls,
         &gw.quotas,
         inbound.caller.id(),
@@ -610,7 +610,7 @@ pub async fn dispatch_batch(
     }
     // One bound on engine calls for the whole batch: entries past it get a
     // retryable error each.
-    let answers = budget::within_for(
+    let answers = call_budget::within_for(
         gw.server.max_engine_calls,
         &gw.quotas,
         inbound.caller.id(),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use taskgate_engine::{
-    CallMeter, Capabilities, Deadlines, EngineError, InputRequest, InputResponse, Pipeline,
-    RetryCancel, RunState, SingleFlight, Snapshot, StartRequest, ToolDecl,
+    Capabilities, EngineError, InputRequest, InputResponse, Pipeline, RunState, Snapshot,
+    StartRequest, ToolDecl,
 };
 
 use super::access::{AccessPolicy, Caller, Decision};
@@ -26,6 +26,7 @@ use super::engines;
 use super::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Keyring, Purpose, TaskClaims,
 };
+use super::metrics::CallMeter;
 use super::slots::{Full, WaitSlot, WaitSlots};
 use super::validate;
 
@@ -280,22 +281,13 @@ impl Gateway {
                     tool.keep_alive = max;
                 }
             }
-            // Every call under a deadline and counted; concurrent reads of one
-            // run share one call.
-            // Each request's calls count against server.max_engine_calls.
-            let pipeline: Arc<dyn Pipeline> = Arc::new(super::budget::Budgeted::new(Arc::new(
-                SingleFlight::new(Arc::new(RetryCancel::new(
-                    // A cancel that met a retryable error is sent again, each
-                    // attempt under its own deadline, for up to one more call
-                    // timeout: a cancel notification has no reply to carry the error.
-                    Arc::new(Deadlines::new(
-                        inner,
-                        cfg.server.call_timeout,
-                        meter.for_tool(&tool.engine, &tool.name),
-                    )),
-                    cfg.server.call_timeout,
-                ))),
-            )));
+            // The server's layers: deadlines, retried cancels, single-flight
+            // reads, the request's call budget.
+            let pipeline = crate::core::stack::build(
+                inner,
+                cfg.server.call_timeout,
+                meter.for_tool(&tool.engine, &tool.name),
+            );
             tools.push(Tool {
                 config: tool,
                 validator,
@@ -625,7 +617,10 @@ impl Gateway {
         limit: Duration,
         on_change: impl FnMut(&Snapshot),
     ) -> Result<Snapshot, CoreError> {
-        super::budget::exempt(self.wait_unbudgeted(tool, native, limit, on_change)).await
+        crate::core::stack::call_budget::exempt(
+            self.wait_unbudgeted(tool, native, limit, on_change),
+        )
+        .await
     }
 
     async fn wait_unbudgeted(

@@ -1,8 +1,9 @@
-//! The server's Prometheus series: MCP requests, engine calls (counted by the
-//! [`CallMeter`] in the engine layer), refused handles, blocking waits in flight
-//! and build info. Every label value comes from a fixed list or from the
-//! configuration: never a task id, a token or an argument.
+//! The server's Prometheus series: MCP requests, engine calls (a
+//! [`CallMeter`], fed by the deadline layer of `core::stack`), refused handles,
+//! blocking waits in flight and build info. Every label value comes from a fixed
+//! list or from the configuration: never a task id, a token or an argument.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use taskgate_engine::CallMeter;
+use taskgate_engine::EngineError;
 
 /// MCP methods that get their own label value; any other is `_other`.
 pub const METHODS: [&str; 17] = [
@@ -103,6 +104,200 @@ struct BuildLabels {
 
 fn request_histogram() -> Histogram {
     Histogram::new(REQUEST_BUCKETS)
+}
+
+/// Seconds an engine call may take, as histogram bucket bounds: from a fast
+/// read to a long wait for change.
+const CALL_BUCKETS: [f64; 11] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The operations of a [`taskgate_engine::Pipeline`], as the engine-call
+/// series count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `start`.
+    Start,
+    /// `read`.
+    Read,
+    /// `cancel`.
+    Cancel,
+    /// `answer`.
+    Answer,
+    /// `locate`.
+    Locate,
+    /// `wait_for_change`.
+    WaitForChange,
+    /// `check`.
+    Check,
+    /// `logs`.
+    Logs,
+}
+
+impl Operation {
+    /// Every operation, in the order of their label values in [`Self::label`].
+    const ALL: [Self; 8] = [
+        Self::Start,
+        Self::Read,
+        Self::Cancel,
+        Self::Answer,
+        Self::Locate,
+        Self::WaitForChange,
+        Self::Check,
+        Self::Logs,
+    ];
+
+    /// The label value.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Read => "read",
+            Self::Cancel => "cancel",
+            Self::Answer => "answer",
+            Self::Locate => "locate",
+            Self::WaitForChange => "wait_for_change",
+            Self::Check => "check",
+            Self::Logs => "logs",
+        }
+    }
+}
+
+/// The labels of one engine call series. Engine and tool names come from the
+/// configuration only; the operation from [`Operation::label`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// The engine's name in the configuration.
+    pub engine: String,
+    /// The tool's name in the configuration.
+    pub tool: String,
+    /// The pipeline operation.
+    pub operation: &'static str,
+}
+
+/// The labels of one engine error series.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The engine's name in the configuration.
+    pub engine: String,
+    /// The tool's name in the configuration.
+    pub tool: String,
+    /// [`EngineError::kind`].
+    pub kind: &'static str,
+}
+
+fn call_histogram() -> Histogram {
+    Histogram::new(CALL_BUCKETS)
+}
+
+/// Counts and times calls made to engines. Shared by every pipeline of a server
+/// and shown on its metrics endpoint; an idle server's counts do not move.
+#[derive(Debug)]
+pub struct CallMeter {
+    calls: AtomicU64,
+    failures: AtomicU64,
+    by_call: Family<CallLabels, Counter>,
+    durations: Family<CallLabels, Histogram, fn() -> Histogram>,
+    errors: Family<ErrorLabels, Counter>,
+}
+
+impl Default for CallMeter {
+    fn default() -> Self {
+        Self {
+            calls: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            by_call: Family::default(),
+            durations: Family::new_with_constructor(call_histogram),
+            errors: Family::default(),
+        }
+    }
+}
+
+impl CallMeter {
+    /// Calls made so far.
+    #[must_use]
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Calls that ended in an error so far.
+    #[must_use]
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Adds this meter's series to `registry`: `taskgate_engine_calls_total`,
+    /// `taskgate_engine_call_duration_seconds` and `taskgate_engine_errors_total`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "taskgate_engine_calls",
+            "Calls made to engines, by engine, tool and operation",
+            self.by_call.clone(),
+        );
+        registry.register_with_unit(
+            "taskgate_engine_call_duration",
+            "How long engine calls took, by engine, tool and operation",
+            Unit::Seconds,
+            self.durations.clone(),
+        );
+        registry.register(
+            "taskgate_engine_errors",
+            "Engine calls that ended in an error, by engine, tool and kind",
+            self.errors.clone(),
+        );
+    }
+
+    /// The series of one tool, created now so a call only touches atomics.
+    #[must_use]
+    pub fn for_tool(self: &Arc<Self>, engine: &str, tool: &str) -> ToolMeter {
+        let handles = Operation::ALL.map(|operation| {
+            let labels = CallLabels {
+                engine: engine.to_owned(),
+                tool: tool.to_owned(),
+                operation: operation.label(),
+            };
+            (
+                self.by_call.get_or_create(&labels).clone(),
+                self.durations.get_or_create(&labels).clone(),
+            )
+        });
+        ToolMeter {
+            meter: self.clone(),
+            engine: engine.to_owned(),
+            tool: tool.to_owned(),
+            handles,
+        }
+    }
+}
+
+/// The engine call series of one tool.
+#[derive(Debug)]
+pub struct ToolMeter {
+    meter: Arc<CallMeter>,
+    engine: String,
+    tool: String,
+    handles: [(Counter, Histogram); Operation::ALL.len()],
+}
+
+impl ToolMeter {
+    /// Counts one call of `op` that took `took` and failed with `error`, if any.
+    pub fn record(&self, op: Operation, took: Duration, error: Option<&EngineError>) {
+        let (count, duration) = &self.handles[op as usize];
+        count.inc();
+        duration.observe(took.as_secs_f64());
+        self.meter.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(e) = error {
+            self.meter.failures.fetch_add(1, Ordering::Relaxed);
+            self.meter
+                .errors
+                .get_or_create(&ErrorLabels {
+                    engine: self.engine.clone(),
+                    tool: self.tool.clone(),
+                    kind: e.kind(),
+                })
+                .inc();
+        }
+    }
 }
 
 /// The series of one server and the registry that shows them.
@@ -268,6 +463,26 @@ fn classic(open: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_operation_counts_under_its_own_label() {
+        let meter = Arc::new(CallMeter::default());
+        let tool = meter.for_tool("e", "t");
+        for (n, op) in Operation::ALL.into_iter().enumerate() {
+            for _ in 0..=n {
+                tool.record(op, Duration::from_millis(1), None);
+            }
+        }
+        let text = Metrics::new(&meter).render(0);
+        for (n, op) in Operation::ALL.into_iter().enumerate() {
+            let series = format!(
+                "taskgate_engine_calls_total{{engine=\"e\",tool=\"t\",operation=\"{}\"}} {}\n",
+                op.label(),
+                n + 1
+            );
+            assert!(text.contains(&series), "{series} in {text}");
+        }
+    }
 
     #[test]
     fn the_classic_text_names_counters_with_total_and_drops_openmetrics_lines() {

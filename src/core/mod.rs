@@ -5,7 +5,6 @@
 
 pub mod access;
 pub mod audit;
-pub mod budget;
 pub mod config;
 pub mod engines;
 pub mod gateway;
@@ -14,6 +13,7 @@ pub mod logs;
 pub mod metrics;
 pub mod quota;
 pub mod slots;
+pub mod stack;
 pub mod validate;
 pub mod watch;
 

@@ -194,7 +194,7 @@ pub async fn route_response(
     };
     let mut responses = Map::new();
     responses.insert(claims.key.clone(), answer);
-    let forwarded = taskgate_engine::retrying(gw.server.max_wait, || async {
+    let forwarded = crate::core::stack::retrying(gw.server.max_wait, || async {
         match gw
             .answer(
                 caller,

@@ -416,7 +416,7 @@ pub async fn cancel(gw: &Gateway, caller: &Caller, token: &str) -> Result<(), Rp
     // A cancel notification has no reply to carry a retryable error: finding the
     // run is tried again within one call timeout (the cancel itself is retried by
     // the pipeline's `RetryCancel` layer).
-    let found = taskgate_engine::retrying(gw.server.call_timeout, || async {
+    let found = crate::core::stack::retrying(gw.server.call_timeout, || async {
         match find(gw, caller, token).await {
             Err(RpcError::Engine(e)) if e.is_retryable() => Err(e),
             other => Ok(other),

@@ -1,31 +1,32 @@
-//! The engine API of taskgate.
+//! The engine contract of taskgate: what an engine implements and what it
+//! returns, nothing the server does around it.
 //!
-//! Every engine (exec, Step Functions, Kubernetes, GitHub Actions, Airflow) implements
-//! [`Engine`] and [`Pipeline`] and translates its native run state into the one
-//! canonical [`RunState`]. This crate does no I/O of its own: translation lives in
-//! pure functions in each engine crate, and the server talks to engines only
-//! through these traits, wrapped in the [`Deadlines`] and [`SingleFlight`] layers.
+//! Each of the five engines (exec, Step Functions, Kubernetes, GitHub Actions,
+//! Airflow) implements [`Engine`] and [`Pipeline`] and translates its native run
+//! state into the one canonical [`RunState`]. This crate holds those traits, the
+//! run state and snapshot types, the typed [`EngineError`] and [`ConfigError`],
+//! log pages and their bounds, [`arguments_env`] (the one mapping from a tool's
+//! arguments to environment variables) and [`testing`] (helpers every engine's
+//! tests use). It does no I/O of its own: translation lives in pure functions in
+//! each engine crate. The server talks to engines only through these traits,
+//! and wraps every pipeline in its own layers (deadlines, retried cancels,
+//! single-flight reads, the per-request call budget: `src/core/stack/` of the
+//! server), so an engine writes none of them.
 
 mod env;
 mod error;
-mod layer;
 mod logs;
 mod pipeline;
-mod retry;
-mod single_flight;
 mod state;
 pub mod testing;
 
 pub use env::{arg_env_name, arg_env_value, arguments_env};
 pub use error::{BoxError, ConfigError, EngineError};
-pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};
 pub use logs::{
     log_limit, LogLine, LogPage, DEFAULT_LOG_LINES, MAX_CURSOR_BYTES, MAX_LINE_BYTES,
     MAX_LOG_LINES, MAX_PAGE_BYTES,
 };
 pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartRequest, ToolDecl};
-pub use retry::{retrying, RetryCancel};
-pub use single_flight::{SingleFlight, GATHER_TURNS};
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
 };

@@ -139,9 +139,9 @@ pub struct StartRequest {
 /// A tool bound to a native pipeline.
 ///
 /// Every method is one short conversation with the engine; the server wraps the
-/// pipeline in a [`crate::Deadlines`] layer so none waits forever. Methods an
-/// engine cannot do keep their default, which answers
-/// [`EngineError::Unsupported`].
+/// pipeline in its own layers, one of which puts a deadline on every call, so
+/// none waits forever. Methods an engine cannot do keep their default, which
+/// answers [`EngineError::Unsupported`].
 #[async_trait]
 pub trait Pipeline: Send + Sync + 'static {
     /// What this pipeline can do.
@@ -250,5 +250,49 @@ pub trait Pipeline: Send + Sync + 'static {
     /// [`EngineError::InvalidInput`] when the target is unusable; any other.
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::RunState;
+
+    /// A pipeline that writes only the two required methods.
+    struct Minimal;
+
+    #[async_trait]
+    impl Pipeline for Minimal {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        async fn start(&self, _: StartRequest) -> Result<NativeRef, EngineError> {
+            std::future::pending().await
+        }
+        async fn read(&self, _: &NativeRef) -> Result<Snapshot, EngineError> {
+            Ok(Snapshot::new(RunState::working("ok")))
+        }
+    }
+
+    #[tokio::test]
+    async fn defaults_answer_unsupported() {
+        let p = Minimal;
+        let err = p.cancel(&"r".to_owned()).await.unwrap_err();
+        assert!(matches!(
+            err,
+            EngineError::Unsupported {
+                operation: "cancel"
+            }
+        ));
+        assert!(matches!(
+            p.locate("tg-x").await.unwrap_err(),
+            EngineError::Unsupported {
+                operation: "locate"
+            }
+        ));
+        assert!(matches!(
+            p.logs(&"r".to_owned(), None, 10).await.unwrap_err(),
+            EngineError::Unsupported { operation: "logs" }
+        ));
     }
 }

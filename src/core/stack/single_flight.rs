@@ -26,16 +26,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::channel::oneshot;
 use futures::future::{FutureExt, Shared};
+use taskgate_engine::{EngineError, NativeRef, Pipeline, Snapshot};
 
-use crate::error::EngineError;
-use crate::logs::LogPage;
-use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
-use crate::state::{InputResponse, Snapshot};
+use super::Layer;
 
 /// One read's answer, as its followers get it.
 type Answer = Result<Snapshot, Arc<EngineError>>;
@@ -202,14 +198,11 @@ async fn gather(joined: &AtomicUsize) {
     }
 }
 
-#[async_trait]
-impl Pipeline for SingleFlight {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
-        self.inner.start(request).await
+// Only reads meet; logs are not single-flighted (each client reads from its
+// own cursor).
+impl Layer for SingleFlight {
+    fn inner(&self) -> &dyn Pipeline {
+        &*self.inner
     }
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
@@ -297,53 +290,14 @@ impl Pipeline for SingleFlight {
             }
         }
     }
-
-    async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
-        self.inner.cancel(run).await
-    }
-
-    async fn answer(
-        &self,
-        run: &NativeRef,
-        key: &str,
-        response: &InputResponse,
-    ) -> Result<(), EngineError> {
-        self.inner.answer(run, key, response).await
-    }
-
-    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
-        self.inner.locate(run_name).await
-    }
-
-    async fn wait_for_change(
-        &self,
-        run: &NativeRef,
-        last: &Snapshot,
-        wait: Duration,
-    ) -> Result<Snapshot, EngineError> {
-        self.inner.wait_for_change(run, last, wait).await
-    }
-
-    async fn check(&self) -> Result<Vec<String>, EngineError> {
-        self.inner.check().await
-    }
-
-    /// Not single-flighted: each client reads from its own cursor.
-    async fn logs(
-        &self,
-        run: &NativeRef,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<LogPage, EngineError> {
-        self.inner.logs(run, cursor, limit).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::RunState;
     use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    use taskgate_engine::{async_trait, Capabilities, RunState, StartRequest};
     use tokio::sync::Notify;
 
     /// Counts reads; each read waits until released, or answers at once.

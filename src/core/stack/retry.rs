@@ -12,14 +12,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use taskgate_engine::{EngineError, NativeRef, Pipeline};
 use tokio::time::Instant;
 
-use async_trait::async_trait;
-
-use crate::error::EngineError;
-use crate::logs::LogPage;
-use crate::pipeline::{Capabilities, NativeRef, Pipeline, StartRequest};
-use crate::state::{InputResponse, Snapshot};
+use super::Layer;
 
 /// The first pause between two attempts; each next pause doubles, up to
 /// [`MAX_PAUSE`].
@@ -60,8 +56,8 @@ where
 }
 
 /// A pipeline whose cancels are sent again after a retryable error, within a
-/// bound (see [`retrying`]). Put it outside [`crate::Deadlines`], so every
-/// attempt has its own deadline and is counted.
+/// bound (see [`retrying`]). It stands outside [`super::Deadlines`] (see
+/// [`super::build`]), so every attempt has its own deadline and is counted.
 pub struct RetryCancel {
     inner: Arc<dyn Pipeline>,
     bound: Duration,
@@ -76,57 +72,13 @@ impl RetryCancel {
     }
 }
 
-#[async_trait]
-impl Pipeline for RetryCancel {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
-        self.inner.start(request).await
-    }
-
-    async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
-        self.inner.read(run).await
+impl Layer for RetryCancel {
+    fn inner(&self) -> &dyn Pipeline {
+        &*self.inner
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
         retrying(self.bound, || self.inner.cancel(run)).await
-    }
-
-    async fn answer(
-        &self,
-        run: &NativeRef,
-        key: &str,
-        response: &InputResponse,
-    ) -> Result<(), EngineError> {
-        self.inner.answer(run, key, response).await
-    }
-
-    async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
-        self.inner.locate(run_name).await
-    }
-
-    async fn wait_for_change(
-        &self,
-        run: &NativeRef,
-        last: &Snapshot,
-        wait: Duration,
-    ) -> Result<Snapshot, EngineError> {
-        self.inner.wait_for_change(run, last, wait).await
-    }
-
-    async fn check(&self) -> Result<Vec<String>, EngineError> {
-        self.inner.check().await
-    }
-
-    async fn logs(
-        &self,
-        run: &NativeRef,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<LogPage, EngineError> {
-        self.inner.logs(run, cursor, limit).await
     }
 }
 
@@ -135,8 +87,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
+    use taskgate_engine::{async_trait, Capabilities, RunState, Snapshot, StartRequest};
+
     use super::*;
-    use crate::state::RunState;
 
     /// A pipeline whose cancels answer the queued errors first, then succeed.
     struct Flaky {

@@ -16,17 +16,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use taskgate_engine::{
-    Capabilities, EngineError, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
+    EngineError, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
 };
+
+use super::Layer;
+use crate::core::quota::Quotas;
 
 /// How long a client is told to wait before sending the refused rest.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The engine calls one request may still make.
 #[derive(Debug)]
-struct CallBudget {
+struct Allowance {
     limit: usize,
     used: AtomicUsize,
     /// The caller whose wait reads the request's waits count against.
@@ -38,12 +40,12 @@ struct CallBudget {
 /// A caller's allowance of wait reads.
 #[derive(Debug, Clone)]
 struct Paced {
-    quotas: Arc<super::quota::Quotas>,
+    quotas: Arc<Quotas>,
     caller: String,
 }
 
 tokio::task_local! {
-    static BUDGET: Arc<CallBudget>;
+    static BUDGET: Arc<Allowance>;
 }
 
 /// Runs `work` (the serving of one request, or of one whole batch) with a budget
@@ -53,7 +55,7 @@ pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
     if BUDGET.try_with(|_| ()).is_ok() {
         return work.await;
     }
-    let budget = Arc::new(CallBudget {
+    let budget = Arc::new(Allowance {
         limit,
         used: AtomicUsize::new(0),
         paced: None,
@@ -66,14 +68,14 @@ pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
 /// `server.max_wait_reads_per_minute` in `quotas`.
 pub async fn within_for<F: Future>(
     limit: usize,
-    quotas: &Arc<super::quota::Quotas>,
+    quotas: &Arc<Quotas>,
     caller: &str,
     work: F,
 ) -> F::Output {
     if BUDGET.try_with(|_| ()).is_ok() {
         return work.await;
     }
-    let budget = Arc::new(CallBudget {
+    let budget = Arc::new(Allowance {
         limit,
         used: AtomicUsize::new(0),
         paced: Some(Paced {
@@ -89,7 +91,7 @@ pub async fn within_for<F: Future>(
 /// for a run, which `max_wait` and `max_waits` bound instead.
 pub async fn exempt<F: Future>(work: F) -> F::Output {
     let paced = BUDGET.try_with(|b| b.paced.clone()).ok().flatten();
-    let unbounded = Arc::new(CallBudget {
+    let unbounded = Arc::new(Allowance {
         limit: usize::MAX,
         used: AtomicUsize::new(0),
         paced,
@@ -136,12 +138,12 @@ fn spend_wait_read() -> Result<(), EngineError> {
         })
 }
 
-/// A pipeline whose calls count against the request's budget.
-pub struct Budgeted {
+/// A pipeline whose calls count against the request's engine-call budget.
+pub struct CallBudget {
     inner: Arc<dyn Pipeline>,
 }
 
-impl Budgeted {
+impl CallBudget {
     /// Wraps `inner`.
     #[must_use]
     pub fn new(inner: Arc<dyn Pipeline>) -> Self {
@@ -149,10 +151,10 @@ impl Budgeted {
     }
 }
 
-#[async_trait]
-impl Pipeline for Budgeted {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+// Every call but `check` counts.
+impl Layer for CallBudget {
+    fn inner(&self) -> &dyn Pipeline {
+        &*self.inner
     }
 
     async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
@@ -193,10 +195,6 @@ impl Pipeline for Budgeted {
     ) -> Result<Snapshot, EngineError> {
         spend_wait_read()?;
         self.inner.wait_for_change(run, last, wait).await
-    }
-
-    async fn check(&self) -> Result<Vec<String>, EngineError> {
-        self.inner.check().await
     }
 
     /// A page of logs is one engine call.
@@ -254,7 +252,7 @@ mod tests {
             max_wait_reads_per_minute: 2,
             ..Default::default()
         };
-        let quotas = Arc::new(super::super::quota::Quotas::new(&server));
+        let quotas = Arc::new(Quotas::new(&server));
         within_for(1, &quotas, "alice", async {
             assert!(spend().is_ok(), "the request's own call");
             exempt(async {
