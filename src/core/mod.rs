@@ -10,7 +10,6 @@ pub mod config;
 pub mod engines;
 pub mod gateway;
 pub mod handle;
-pub mod logs;
 pub mod metrics;
 pub mod quota;
 pub mod slots;
