@@ -1,7 +1,7 @@
 //! The dialects: thin translators between each generation's wire shapes and the
 //! core. The front door decides the era of a message once and calls one of the
 //! entry points here; this module routes a request to the dialect that speaks
-//! it (2026-07-28 requests go straight to [`tasks_extension::handle`]). Dialects
+//! it (2026-07-28 requests go straight to [`tasks_extension::serve`]). Dialects
 //! never import one another: what two of them share lives in the
 //! shared modules (`session`, `outcome`, `input`, `task_ref`, `wire`).
 //!
@@ -75,10 +75,10 @@ pub async fn in_session(
             .await
             .map(Body::Value),
         "tasks/get" | "tasks/result" | "tasks/cancel" if session.tasks() => {
-            tasks_sep1686::handle(gw, caller, out, method, params).await
+            tasks_sep1686::serve(gw, caller, out, method, params).await
         }
         "tools/async/status" | "tools/async/result" if session.operations => {
-            operations::handle(gw, caller, session.version(), out, method, params)
+            operations::serve(gw, caller, session.version(), out, method, params)
                 .await
                 .map(Body::Value)
         }

@@ -274,12 +274,12 @@ fn expired(tool: &Tool, snapshot: &Snapshot) -> bool {
             .is_some_and(|ended| ended + tool.config.keep_alive <= SystemTime::now())
 }
 
-/// Handles `tools/async/status` and `tools/async/result`.
+/// Serves `tools/async/status` and `tools/async/result`.
 ///
 /// # Errors
 ///
 /// -32602 for unknown or expired tokens and results of unfinished operations.
-pub async fn handle(
+pub async fn serve(
     gw: &Gateway,
     caller: &Caller,
     version: Version,

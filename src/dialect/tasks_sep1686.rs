@@ -146,13 +146,13 @@ impl<'a> TaskView<'a> {
     }
 }
 
-/// Handles `tasks/get`, `tasks/result` and `tasks/cancel`.
+/// Serves `tasks/get`, `tasks/result` and `tasks/cancel`.
 ///
 /// # Errors
 ///
 /// -32602 for unknown tasks (alike for every reason), cancelling a terminal task;
 /// -32603 for a failed or cancelled task's result; engine errors.
-pub async fn handle(
+pub async fn serve(
     gw: &Gateway,
     caller: &Caller,
     out: Option<&Outbound>,

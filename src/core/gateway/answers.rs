@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use taskgate_engine::{InputResponse, RunState};
+use taskgate_engine::{InputRequest, InputResponse, RunState};
 
 use super::{not_found, refusal_reason, CoreError, Gateway, Tool};
 use crate::core::access::Caller;
@@ -145,55 +145,9 @@ impl Gateway {
             };
             if tool.is_approval(key, request) {
                 approval = true;
-                let own = match how {
-                    Answering::Ticket { starter, .. } => starter == caller.id(),
-                    Answering::Starter | Answering::StarterInCall => true,
-                };
-                if how == Answering::StarterInCall {
-                    return Err(CoreError::ApprovalRefused {
-                        reason: "approval_in_call",
-                        message: format!(
-                            "inputResponses.{key}: an approval is not taken inside the call that \
-                             started the run; answer it once the task exists (tasks/update), or \
-                             have another caller allowed to approve it answer with its approval ticket"
-                        ),
-                    });
-                }
-                if own && tool.config.four_eyes {
-                    return Err(CoreError::ApprovalRefused {
-                        reason: "four_eyes",
-                        message: format!(
-                            "inputResponses.{key}: tool {} asks for four eyes: the caller who \
-                             started the run may not approve it; another caller allowed to answer \
-                             must, with the approval ticket",
-                            tool.name()
-                        ),
-                    });
-                }
+                approval_allowed(caller, tool, key, how)?;
             }
-            let response: InputResponse = serde_json::from_value(value.clone()).map_err(|e| {
-                CoreError::InvalidAnswer(format!(
-                    "inputResponses.{key}: not an elicitation result: {e}"
-                ))
-            })?;
-            if response.action == taskgate_engine::InputAction::Accept {
-                let content = response
-                    .content
-                    .clone()
-                    .unwrap_or(Value::Object(Map::new()));
-                if let Ok(v) = jsonschema::draft202012::new(&request.requested_schema) {
-                    let problems: Vec<String> = v
-                        .iter_errors(&content)
-                        .map(|e| format!("{}: {e}", e.instance_path))
-                        .collect();
-                    if !problems.is_empty() {
-                        return Err(CoreError::InvalidAnswer(format!(
-                            "inputResponses.{key}: the answer does not fit the requested schema: {}",
-                            problems.join("; ")
-                        )));
-                    }
-                }
-            }
+            let response = checked_answer(key, value, request)?;
             parsed.push((key.clone(), response));
         }
         for (key, response) in &parsed {
@@ -286,4 +240,73 @@ impl Gateway {
         self.answer(caller, dialect, tool, &claims.native, responses, how)
             .await
     }
+}
+
+/// Refuses an answer to the approval gate `key` given inside the call that
+/// started the run, or (the tool's `four_eyes`) by the run's starter.
+fn approval_allowed(
+    caller: &Caller,
+    tool: &Tool,
+    key: &str,
+    how: Answering<'_>,
+) -> Result<(), CoreError> {
+    let own = match how {
+        Answering::Ticket { starter, .. } => starter == caller.id(),
+        Answering::Starter | Answering::StarterInCall => true,
+    };
+    if how == Answering::StarterInCall {
+        return Err(CoreError::ApprovalRefused {
+            reason: "approval_in_call",
+            message: format!(
+                "inputResponses.{key}: an approval is not taken inside the call that \
+                 started the run; answer it once the task exists (tasks/update), or \
+                 have another caller allowed to approve it answer with its approval ticket"
+            ),
+        });
+    }
+    if own && tool.config.four_eyes {
+        return Err(CoreError::ApprovalRefused {
+            reason: "four_eyes",
+            message: format!(
+                "inputResponses.{key}: tool {} asks for four eyes: the caller who \
+                 started the run may not approve it; another caller allowed to answer \
+                 must, with the approval ticket",
+                tool.name()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The answer `value` to the input request `key`, read as an elicitation
+/// result; an accepted answer's content must fit the requested schema.
+fn checked_answer(
+    key: &str,
+    value: &Value,
+    request: &InputRequest,
+) -> Result<InputResponse, CoreError> {
+    let response: InputResponse = serde_json::from_value(value.clone()).map_err(|e| {
+        CoreError::InvalidAnswer(format!(
+            "inputResponses.{key}: not an elicitation result: {e}"
+        ))
+    })?;
+    if response.action == taskgate_engine::InputAction::Accept {
+        let content = response
+            .content
+            .clone()
+            .unwrap_or(Value::Object(Map::new()));
+        if let Ok(v) = jsonschema::draft202012::new(&request.requested_schema) {
+            let problems: Vec<String> = v
+                .iter_errors(&content)
+                .map(|e| format!("{}: {e}", e.instance_path))
+                .collect();
+            if !problems.is_empty() {
+                return Err(CoreError::InvalidAnswer(format!(
+                    "inputResponses.{key}: the answer does not fit the requested schema: {}",
+                    problems.join("; ")
+                )));
+            }
+        }
+    }
+    Ok(response)
 }
