@@ -1,7 +1,7 @@
 //! The `taskgate` command.
 
 /// The terminal client (`taskgate call`, `taskgate tasks`): beside the server,
-/// importing none of it.
+/// importing none of it but the header names in `taskgate::rpc::header`.
 mod cli;
 
 use std::path::PathBuf;

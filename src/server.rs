@@ -271,7 +271,7 @@ fn is_stateless(params: &rpc::Params, headers: Option<&HeaderMap>) -> bool {
 
 fn header_version(headers: Option<&HeaderMap>) -> Option<Version> {
     headers?
-        .get(dialect::wire::header::PROTOCOL_VERSION)?
+        .get(rpc::header::PROTOCOL_VERSION)?
         .to_str()
         .ok()
         .and_then(Version::parse)
@@ -295,10 +295,7 @@ fn era_of(message: &Message, headers: Option<&HeaderMap>, session: Option<Sessio
 
 /// Opens an HTTP request's `Mcp-Session-Id`: `Ok(None)` when it has none.
 fn presented_session(gw: &Gateway, inbound: &Inbound<'_>) -> Result<Option<Session>, ()> {
-    let Some(id) = inbound
-        .headers
-        .and_then(|h| h.get(dialect::wire::header::SESSION_ID))
-    else {
+    let Some(id) = inbound.headers.and_then(|h| h.get(rpc::header::SESSION_ID)) else {
         return Ok(None);
     };
     id.to_str()

@@ -19,14 +19,14 @@ use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
 use super::wire::{
-    call_tool_result, header, server_info, task_times, timestamp, tool_entry, Outbound, Version,
+    call_tool_result, server_info, task_times, timestamp, tool_entry, Outbound, Version,
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
 use crate::core::gateway::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::{Body, Member, Params, RpcError};
+use crate::rpc::{header, Body, Member, Params, RpcError};
 use taskgate_engine::InputRequest;
 
 mod listen;

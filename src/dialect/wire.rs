@@ -20,23 +20,6 @@ pub use crate::rpc::{META_CAPABILITIES, META_VERSION, TASKS_EXTENSION};
 /// in to SEP-1391 operations, and that taskgate echoes back.
 pub const SEP1391_CAPABILITY: &str = "taskgate/sep-1391";
 
-/// The HTTP headers the dialects read, as names made once: a lookup by a
-/// string parses the name again on every request.
-pub mod header {
-    use axum::http::HeaderName;
-
-    /// `MCP-Protocol-Version`.
-    pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-    /// `Mcp-Session-Id` (legacy sessions over HTTP).
-    pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-    /// `Mcp-Method` (2026-07-28).
-    pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
-    /// `Mcp-Name` (2026-07-28: the tool, resource or task a request names).
-    pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
-    /// `X-Accel-Buffering`, set to `no` so proxies pass streams on at once.
-    pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-}
-
 /// A protocol version taskgate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Version {

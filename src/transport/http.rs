@@ -22,7 +22,7 @@ use super::lanes::{lane_count, tick_within, Lanes};
 use crate::core::audit;
 use crate::core::config::IpNetwork;
 use crate::core::Gateway;
-use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
+use crate::rpc::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
 use crate::server::auth::{AuthError, Authenticator, FailureLimit};
 use crate::server::{self, Admitted, Dispatched, Inbound};
@@ -736,6 +736,7 @@ fn sse_response(body: axum::body::Body) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::header::PROTOCOL_VERSION;
 
     async fn post(app: Router, headers: &[(&str, &str)], body: &str) -> (u16, String) {
         use tower::ServiceExt as _;
@@ -773,7 +774,7 @@ mod tests {
         let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
         let (status, body) = post(
             app().await,
-            &[("mcp-protocol-version", "2025-03-26")],
+            &[(PROTOCOL_VERSION.as_str(), "2025-03-26")],
             batch,
         )
         .await;
@@ -784,7 +785,7 @@ mod tests {
         assert!(answers[1]["result"]["tools"].is_array());
         let (status, body) = post(
             app().await,
-            &[("mcp-protocol-version", "2025-06-18")],
+            &[(PROTOCOL_VERSION.as_str(), "2025-06-18")],
             batch,
         )
         .await;

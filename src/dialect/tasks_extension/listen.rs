@@ -13,11 +13,12 @@ use axum::http::HeaderMap;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use super::super::wire::{header, Outbound};
+use super::super::wire::Outbound;
 use super::{check_headers, check_meta, detailed_task, missing_tasks, require_header};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
 use crate::core::{Caller, CoreError, Gateway, Tool};
+use crate::rpc::header;
 use crate::rpc::{Params, RpcError};
 
 /// The `_meta` key every message of a listen stream carries.
