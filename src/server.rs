@@ -503,13 +503,18 @@ async fn route(
         // The dialects' futures are boxed: each is several KiB, and
         // unboxed they would make every future around them as large,
         // copied whole each time one is moved (per request).
-        Era::Stateless if method == "subscriptions/listen" => Box::pin(
-            dialect::tasks_extension::listen(gw, caller, inbound.headers, out, id, params),
-        )
+        Era::Stateless if method == "subscriptions/listen" => Box::pin(dialect::stateless::listen(
+            gw,
+            caller,
+            inbound.headers,
+            out,
+            id,
+            params,
+        ))
         .await
         .map(rpc::Body::Value),
         Era::Stateless => {
-            Box::pin(dialect::tasks_extension::serve(
+            Box::pin(dialect::stateless::serve(
                 gw,
                 caller,
                 inbound.headers,
