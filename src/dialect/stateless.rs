@@ -76,55 +76,56 @@ pub async fn serve(
             if let Some(ticket) = params.task_id().filter(|id| id.starts_with(TICKET_PREFIX)) {
                 return by_ticket(gw, caller, method, params, ticket, &declared).await;
             }
-            let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
-            match method {
-                "tasks/get" => {
-                    let snapshot = gw.read(tool, &claims.native).await?;
-                    // An input request goes only to a request that declared its
-                    // type (elicitation); any other gets -32021 naming it.
-                    if matches!(snapshot.state, RunState::InputRequired { .. })
-                        && !declared.elicitation
-                    {
-                        return Err(missing_elicitation());
-                    }
-                    let tickets = |key: &str, r: &InputRequest| {
-                        approval_meta(gw, caller, tool, &claims.native, key, r)
-                    };
-                    // Written straight to bytes: the hot path of every poll.
-                    Ok(Body::Written(
-                        DetailedTask::of(task_id, &claims, tool, &snapshot, &tickets).to_json(),
-                    ))
-                }
-                "tasks/update" => {
-                    let empty = Map::new();
-                    let responses = match params.get("inputResponses") {
-                        None => &empty,
-                        Some(Value::Object(m)) => m,
-                        Some(_) => {
-                            return Err(RpcError::InvalidParams(
-                                "inputResponses must be an object".into(),
-                            ))
-                        }
-                    };
-                    gw.answer(
-                        caller,
-                        Dialect::TasksExtension,
-                        tool,
-                        &claims.native,
-                        responses,
-                        Answering::Starter,
-                    )
-                    .await?;
-                    Ok(json!({ "resultType": "complete" }).into())
-                }
-                _ => {
-                    gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
-                        .await?;
-                    Ok(json!({ "resultType": "complete" }).into())
-                }
-            }
+            task_method(gw, caller, method, params, &declared).await
         }
         other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+/// `tasks/get`, `tasks/update` or `tasks/cancel` of a task handle.
+async fn task_method(
+    gw: &Gateway,
+    caller: &Caller,
+    method: &str,
+    params: &Params,
+    declared: &Declared,
+) -> Result<Body, RpcError> {
+    let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
+    match method {
+        "tasks/get" => {
+            let snapshot = gw.read(tool, &claims.native).await?;
+            // An input request goes only to a request that declared its
+            // type (elicitation); any other gets -32021 naming it.
+            if matches!(snapshot.state, RunState::InputRequired { .. }) && !declared.elicitation {
+                return Err(missing_elicitation());
+            }
+            let tickets = |key: &str, r: &InputRequest| {
+                approval_meta(gw, caller, tool, &claims.native, key, r)
+            };
+            // Written straight to bytes: the hot path of every poll.
+            Ok(Body::Written(
+                DetailedTask::of(task_id, &claims, tool, &snapshot, &tickets).to_json(),
+            ))
+        }
+        "tasks/update" => {
+            let empty = Map::new();
+            let responses = input_responses(params, &empty)?;
+            gw.answer(
+                caller,
+                Dialect::TasksExtension,
+                tool,
+                &claims.native,
+                responses,
+                Answering::Starter,
+            )
+            .await?;
+            Ok(json!({ "resultType": "complete" }).into())
+        }
+        _ => {
+            gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
+                .await?;
+            Ok(json!({ "resultType": "complete" }).into())
+        }
     }
 }
 
