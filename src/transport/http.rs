@@ -444,40 +444,9 @@ async fn serve_mcp(
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<audit::Peer>().map(|p| p.0);
     let headers = parts.headers;
-    // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
-    // one with a wrong Host: the check guards against DNS rebinding only if
-    // it cannot be skipped.
-    let host_ok = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| host_allowed(&gw, host));
-    if !host_ok {
-        audit::refused_at_door(
-            peer,
-            if headers.contains_key(header::HOST) {
-                "host_not_allowed"
-            } else {
-                "host_missing"
-            },
-        );
-        return forbidden("Host not allowed");
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
-        if !ok {
-            audit::refused_at_door(peer, "origin_not_allowed");
-            return forbidden("Origin not allowed");
-        }
-    }
-    // A peer that presented too many refused tokens is turned away before its
-    // token is looked at (no introspection call); only refusals of a presented
-    // token count, not a missing one nor an issuer that could not be asked.
     let failures = parts.extensions.get::<Arc<FailureLimit>>();
-    if let (Some(peer), Some(limit)) = (peer, failures) {
-        if let Err(wait) = limit.check(peer.ip()) {
-            audit::refused_at_door(Some(peer), "too_many_failures");
-            return too_many_failures(wait);
-        }
+    if let Some(refusal) = door_refusal(&gw, &headers, peer, failures) {
+        return refusal;
     }
     let identified = server::identify(&gw, oauth.as_deref(), &headers);
     let caller = match audit::scope(audit::Context::new(peer, ""), identified).await {
@@ -519,6 +488,51 @@ async fn serve_mcp(
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())
+}
+
+/// The door's refusal of a request, before its credentials are looked at: a
+/// Host or Origin not allowed, or a peer with too many refused tokens.
+fn door_refusal(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+    failures: Option<&Arc<FailureLimit>>,
+) -> Option<Response> {
+    // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
+    // one with a wrong Host: the check guards against DNS rebinding only if
+    // it cannot be skipped.
+    let host_ok = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|host| host_allowed(gw, host));
+    if !host_ok {
+        audit::refused_at_door(
+            peer,
+            if headers.contains_key(header::HOST) {
+                "host_not_allowed"
+            } else {
+                "host_missing"
+            },
+        );
+        return Some(forbidden("Host not allowed"));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_allowed(gw, o));
+        if !ok {
+            audit::refused_at_door(peer, "origin_not_allowed");
+            return Some(forbidden("Origin not allowed"));
+        }
+    }
+    // A peer that presented too many refused tokens is turned away before its
+    // token is looked at (no introspection call); only refusals of a presented
+    // token count, not a missing one nor an issuer that could not be asked.
+    if let (Some(peer), Some(limit)) = (peer, failures) {
+        if let Err(wait) = limit.check(peer.ip()) {
+            audit::refused_at_door(Some(peer), "too_many_failures");
+            return Some(too_many_failures(wait));
+        }
+    }
+    None
 }
 
 /// Reads a request body of at most `server.max_body_bytes` within
