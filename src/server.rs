@@ -393,7 +393,7 @@ async fn dispatch_unbounded(
     match message {
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
-            let request = Request {
+            let request = Incoming {
                 id: &id,
                 method: &method,
                 params: &params,
@@ -426,7 +426,7 @@ async fn dispatch_unbounded(
 
 /// One request's id, method and params.
 #[derive(Clone, Copy)]
-struct Request<'a> {
+struct Incoming<'a> {
     id: &'a Value,
     method: &'a str,
     params: &'a rpc::Params,
@@ -437,7 +437,7 @@ async fn dispatch_request(
     gw: &Gateway,
     inbound: &Inbound<'_>,
     era: &Era,
-    request: Request<'_>,
+    request: Incoming<'_>,
     out: Option<&Outbound>,
 ) -> Dispatched {
     let began = std::time::Instant::now();
@@ -470,7 +470,7 @@ async fn dispatch_request(
 }
 
 /// The protocol version a request is counted under in the metrics.
-fn era_label(era: &Era, request: Request<'_>) -> &'static str {
+fn era_label(era: &Era, request: Incoming<'_>) -> &'static str {
     let version = |v: &str| {
         dialect::wire::Version::parse(v)
             .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str)
@@ -493,11 +493,11 @@ async fn route(
     gw: &Gateway,
     inbound: &Inbound<'_>,
     era: &Era,
-    request: Request<'_>,
+    request: Incoming<'_>,
     out: Option<&Outbound>,
     opened: &mut Option<Session>,
 ) -> Result<rpc::Body, RpcError> {
-    let Request { id, method, params } = request;
+    let Incoming { id, method, params } = request;
     let caller = inbound.caller;
     match era {
         // The dialects' futures are boxed: each is several KiB, and
@@ -514,14 +514,15 @@ async fn route(
         .await
         .map(rpc::Body::Value),
         Era::Stateless => {
-            Box::pin(dialect::stateless::serve(
+            Box::pin(dialect::stateless::serve(dialect::Request {
                 gw,
                 caller,
-                inbound.headers,
+                version: Version::V2026_07_28,
+                headers: inbound.headers,
                 out,
                 method,
                 params,
-            ))
+            }))
             .await
         }
         Era::Session(_) if method == "initialize" => {

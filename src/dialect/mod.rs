@@ -17,10 +17,10 @@
 //! | [`session_operations`] | sessions that opt in to SEP-1391 operations |
 //! | [`session_plain`] | sessions with neither: each tool's `legacy` policy |
 //!
-//! Each dialect's entry point is `serve(gw, caller, …, method, params)`: it
-//! answers the methods the dialect owns, returning [`Body`] or [`Value`], every
-//! failure an [`RpcError`]. The session dialects also take part in
-//! `tools/list` and `tools/call` through the routing below.
+//! Each dialect's entry point is `serve(`[`Request`]`) -> Result<Body, RpcError>`:
+//! it answers the methods the dialect owns, every failure an [`RpcError`]. The
+//! session dialects also take part in `tools/list` and `tools/call` through the
+//! routing below.
 //!
 //! `taskgate_logs` ([`logs`]) is offered to every generation alike.
 //!
@@ -31,7 +31,8 @@
 //!    or change one: they are sealed into handles already handed out), its
 //!    audit label in `Dialect::label`, and the tag in the claims reader
 //!    (`TaskClaims::from_canonical`, `core/handle/claims.rs`).
-//! 2. Write `src/dialect/<era>_<mechanism>.rs` with `pub async fn serve(...)`,
+//! 2. Write `src/dialect/<era>_<mechanism>.rs` with `pub async fn serve(req:
+//!    Request<'_>) -> Result<Body, RpcError>`,
 //!    built on the shared modules, importing no other dialect; declare it below.
 //! 3. Route to it: a session dialect from [`in_session`] (its methods) and from
 //!    `list_tools`/`call_tool` here; a new era from `route` in `src/server.rs`
@@ -63,6 +64,26 @@ use crate::core::{Caller, CoreError, Gateway};
 use crate::rpc::{Body, Params, RpcError};
 use session::Session;
 use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
+
+/// One request, as every dialect's `serve` takes it.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The core.
+    pub gw: &'a Gateway,
+    /// Who asks.
+    pub caller: &'a Caller,
+    /// The protocol version the request is served in.
+    pub version: wire::Version,
+    /// The HTTP request's headers; `None` on stdio and for session dialects.
+    pub headers: Option<&'a axum::http::HeaderMap>,
+    /// Where messages go before the response (progress, input requests),
+    /// when the transport can stream.
+    pub out: Option<&'a Outbound>,
+    /// The JSON-RPC method.
+    pub method: &'a str,
+    /// Its params.
+    pub params: &'a Params,
+}
 
 /// Answers `initialize`: the session it opens and the result.
 #[must_use]
@@ -98,6 +119,15 @@ pub async fn in_session(
     method: &str,
     params: &Params,
 ) -> Result<Body, RpcError> {
+    let request = Request {
+        gw,
+        caller,
+        version: session.version(),
+        headers: None,
+        out,
+        method,
+        params,
+    };
     match method {
         "ping" => Ok(json!({}).into()),
         "tools/list" => Ok(list_tools(gw, caller, session).into()),
@@ -105,12 +135,10 @@ pub async fn in_session(
             .await
             .map(Body::Value),
         "tasks/get" | "tasks/result" | "tasks/cancel" if session.tasks() => {
-            session_tasks::serve(gw, caller, out, method, params).await
+            session_tasks::serve(request).await
         }
         "tools/async/status" | "tools/async/result" if session.operations => {
-            session_operations::serve(gw, caller, session.version(), out, method, params)
-                .await
-                .map(Body::Value)
+            session_operations::serve(request).await
         }
         other => Err(RpcError::MethodNotFound(other.to_owned())),
     }

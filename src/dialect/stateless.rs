@@ -22,6 +22,7 @@ use super::wire::{
     call_tool_result, server_info, task_times, timestamp, tool_entry, Outbound, Version,
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
+use super::Request;
 use crate::core::config::ToolMode;
 use crate::core::gateway::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
@@ -44,14 +45,16 @@ struct Declared {
 /// # Errors
 ///
 /// Every failure as an [`RpcError`].
-pub async fn serve(
-    gw: &Gateway,
-    caller: &Caller,
-    headers: Option<&HeaderMap>,
-    out: Option<&Outbound>,
-    method: &str,
-    params: &Params,
-) -> Result<Body, RpcError> {
+pub async fn serve(req: Request<'_>) -> Result<Body, RpcError> {
+    let Request {
+        gw,
+        caller,
+        headers,
+        out,
+        method,
+        params,
+        ..
+    } = req;
     if let (Some(headers), Some(version)) = (headers, params.meta_version()) {
         // A header that disagrees with the body is a HeaderMismatch, whether or
         // not the body's version is served.
