@@ -6,9 +6,9 @@
 //! the engine says about the native run right now.
 //!
 //! This file holds the [`Gateway`] and its [`Gateway::build`]; the rest, one
-//! concern a file: [`catalog`] (tools, visibility, authorization), [`runs`]
-//! (start, open, read, wait, cancel), [`answers`] (input requests, approval
-//! tickets), [`logs`] (a run's log, a page at a time) and [`errors`].
+//! concern a file: `catalog.rs` (tools, visibility, authorization), `runs.rs`
+//! (start, open, read, wait, cancel), `answers.rs` (input requests, approval
+//! tickets), `logs.rs` (a run's log, a page at a time) and `errors.rs`.
 
 mod answers;
 mod catalog;

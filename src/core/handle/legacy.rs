@@ -1,5 +1,5 @@
 //! The generations earlier releases sealed, kept only to open: `tg2`
-//! (AES-256-GCM-SIV, opened by [`super::tg3`]) and `tg1` (XChaCha20-Poly1305,
+//! (AES-256-GCM-SIV, opened by `tg3.rs`) and `tg1` (XChaCha20-Poly1305,
 //! a 192-bit nonce), both under one key derived from the secret's text with
 //! SHA-256.
 

@@ -23,10 +23,10 @@
 //! processor's AES and carry-less multiply instructions and opens a task handle
 //! in a fraction of the time the `tg1` cipher takes (`scripts/profile.sh`).
 //!
-//! One concern a file: [`keyring`] (keys, sealing and opening), [`tg3`] (the
-//! cipher of what is sealed now), [`legacy`] (the generations that only
-//! open), [`claims`] (what a task handle holds) and [`run_name`] (names derived
-//! for runs).
+//! One concern a file: `keyring.rs` (keys, sealing and opening), `tg3.rs` (the
+//! cipher of what is sealed now), `legacy.rs` (the generations that only
+//! open), `claims.rs` (what a task handle holds) and `run_name.rs` (names
+//! derived for runs).
 
 mod claims;
 mod keyring;
