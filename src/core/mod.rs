@@ -21,4 +21,6 @@ pub mod watch;
 
 pub use access::Caller;
 pub use config::{ConfigFileError, ConfigProblem};
-pub use gateway::{CoreError, Gateway, Started, Tool};
+pub use gateway::errors::CoreError;
+pub use gateway::runs::Started;
+pub use gateway::{Gateway, Tool};

@@ -24,7 +24,7 @@ use super::wire::{
 };
 use super::Request;
 use crate::core::config::ToolMode;
-use crate::core::gateway::{Answering, TICKET_PREFIX};
+use crate::core::gateway::answers::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::{header, Body, Member, Params, RpcError};

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use taskgate_engine::{InputRequest, InputResponse, RunState};
 
-use super::{not_found, refusal_reason, CoreError, Gateway, Tool};
+use super::errors::{not_found, refusal_reason, CoreError};
+use super::{Gateway, Tool};
 use crate::core::access::Caller;
 use crate::core::audit::{self, Action, Outcome};
 use crate::core::handle::{unix_ms, Dialect, Purpose};

@@ -1,55 +1,13 @@
 //! The tool catalog: the configured tools, their argument checks, and who may
 //! see and use them (the access rules themselves are in `access.rs`).
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value};
-use taskgate_engine::{Capabilities, InputRequest, Pipeline};
 
-use super::{refusal_reason, CoreError, Gateway};
+use super::errors::{refusal_reason, CoreError};
+use super::{Gateway, Tool};
 use crate::core::access::{Caller, Decision};
 use crate::core::audit::{self, Action, Outcome};
-use crate::core::config::{ToolConfig, ToolMode};
 use crate::core::handle::Dialect;
-
-/// A configured tool, bound to its engine.
-pub struct Tool {
-    /// Its configuration.
-    pub config: ToolConfig,
-    /// Its input schema, compiled.
-    pub(super) validator: jsonschema::Validator,
-    /// The engine pipeline, wrapped in the server's layers (deadlines, retried
-    /// cancels, single-flight, the per-request call budget).
-    pub pipeline: Arc<dyn Pipeline>,
-    /// What the pipeline can do.
-    pub capabilities: Capabilities,
-}
-
-impl Tool {
-    /// The tool's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    /// True when the tool runs long (its calls can become tasks).
-    #[must_use]
-    pub fn is_long_running(&self) -> bool {
-        self.config.mode != ToolMode::Sync
-    }
-
-    /// True when the input request `key` is an approval gate: the engine says
-    /// so, or the tool's `approval_inputs` names it (or is `*`).
-    #[must_use]
-    pub fn is_approval(&self, key: &str, request: &InputRequest) -> bool {
-        request.approval
-            || self
-                .config
-                .approval_inputs
-                .iter()
-                .any(|k| k == "*" || k == key)
-    }
-}
 
 impl Gateway {
     /// Every tool, in config order.

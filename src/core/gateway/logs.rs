@@ -8,7 +8,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use taskgate_engine::{log_limit, spec_hash, EngineError, LogLine, MAX_CURSOR_BYTES};
 
-use super::{CoreError, Gateway, Tool};
+use super::errors::CoreError;
+use super::{Gateway, Tool};
 use crate::core::audit::{self, Action, Outcome};
 use crate::core::handle::{Purpose, TaskClaims};
 use crate::core::metrics::Refusal;

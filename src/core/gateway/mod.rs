@@ -5,36 +5,74 @@
 //! Nothing here is stored between requests: a task is its handle plus whatever
 //! the engine says about the native run right now.
 //!
-//! This file holds the [`Gateway`] and its [`Gateway::build`]; the rest, one
-//! concern a file: `catalog.rs` (tools, visibility, authorization), `runs.rs`
+//! This file holds the [`Gateway`], the [`Tool`]s it binds, and
+//! [`Gateway::build`]; the rest, one concern a file, each importing this one
+//! and none importing the others but `errors.rs`: `catalog.rs` (looking tools
+//! up, argument checks, visibility, authorization), `runs.rs`
 //! (start, open, read, wait, cancel), `answers.rs` (input requests, approval
 //! tickets), `logs.rs` (a run's log, a page at a time) and `errors.rs`.
 
-mod answers;
+pub mod answers;
 mod catalog;
-mod errors;
-mod logs;
-mod runs;
+pub mod errors;
+pub mod logs;
+pub mod runs;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use taskgate_engine::{CallMeter, Deadlines, Pipeline, RetryCancel, SingleFlight, ToolDecl};
+use taskgate_engine::{
+    CallMeter, Capabilities, Deadlines, InputRequest, Pipeline, RetryCancel, SingleFlight, ToolDecl,
+};
 
 use super::access::{AccessPolicy, Caller};
-use super::config::{ConfigFileError, ConfigProblem, FileConfig, ServerConfig};
+use super::config::{
+    ConfigFileError, ConfigProblem, FileConfig, ServerConfig, ToolConfig, ToolMode,
+};
 use super::engines;
 use super::handle::Keyring;
 use super::slots::WaitSlots;
 use super::validate;
 
-pub use answers::{Answering, TicketClaims, TICKET_PREFIX};
-pub use catalog::Tool;
-pub use errors::CoreError;
-use errors::{not_found, refusal_reason};
-pub use logs::LogsRead;
-pub use runs::Started;
+/// A configured tool, bound to its engine.
+pub struct Tool {
+    /// Its configuration.
+    pub config: ToolConfig,
+    /// Its input schema, compiled.
+    validator: jsonschema::Validator,
+    /// The engine pipeline, wrapped in the server's layers (deadlines, retried
+    /// cancels, single-flight, the per-request call budget).
+    pub pipeline: Arc<dyn Pipeline>,
+    /// What the pipeline can do.
+    pub capabilities: Capabilities,
+}
+
+impl Tool {
+    /// The tool's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// True when the tool runs long (its calls can become tasks).
+    #[must_use]
+    pub fn is_long_running(&self) -> bool {
+        self.config.mode != ToolMode::Sync
+    }
+
+    /// True when the input request `key` is an approval gate: the engine says
+    /// so, or the tool's `approval_inputs` names it (or is `*`).
+    #[must_use]
+    pub fn is_approval(&self, key: &str, request: &InputRequest) -> bool {
+        request.approval
+            || self
+                .config
+                .approval_inputs
+                .iter()
+                .any(|k| k == "*" || k == key)
+    }
+}
 
 /// The server's core.
 pub struct Gateway {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 use taskgate_engine::{EngineError, RunState, Snapshot, StartRequest};
 
-use super::{not_found, CoreError, Gateway, Tool};
+use super::errors::{not_found, CoreError};
+use super::{Gateway, Tool};
 use crate::core::access::Caller;
 use crate::core::audit::{self, Action, Outcome};
 use crate::core::handle::{

@@ -5,8 +5,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use super::unix_ms;
-
 /// What a task handle holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskClaims {
@@ -156,4 +154,12 @@ fn plain_u64(text: &[u8]) -> Option<(u64, &[u8])> {
         return None;
     }
     Some((n, rest))
+}
+
+/// Milliseconds since the Unix epoch.
+#[must_use]
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

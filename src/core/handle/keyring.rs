@@ -11,9 +11,10 @@ use chacha20poly1305::aead::KeyInit;
 use chacha20poly1305::XChaCha20Poly1305;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use super::claims::{from_json, TaskClaims};
+use super::claims::{from_json, unix_ms, TaskClaims};
 use super::legacy::{self, legacy_key};
-use super::{associated_data, tg3, unix_ms, Purpose};
+use super::purpose::{associated_data, Purpose};
+use super::tg3;
 
 /// The least a sealing secret must carry: 32 bytes (256 bits) once decoded.
 pub const MIN_SECRET_BYTES: usize = 32;

@@ -6,7 +6,7 @@ use chacha20poly1305::XChaCha20Poly1305;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::Keyring;
+use super::keyring::Keyring;
 
 impl Keyring {
     /// Derives a run name from the caller, the tool and a client-chosen token,

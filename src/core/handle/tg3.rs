@@ -7,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde::Serialize;
 
-use super::{associated_data, Purpose};
+use super::purpose::{associated_data, Purpose};
 
 /// The prefix of the handles sealed now (AES-256-GCM-SIV, HKDF-derived key).
 pub(super) const PREFIX: &str = "tg3";
