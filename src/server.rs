@@ -514,7 +514,7 @@ async fn route(
         .await
         .map(rpc::Body::Value),
         Era::Stateless => {
-            Box::pin(dialect::stateless::serve(dialect::Request {
+            Box::pin(dialect::stateless::serve(dialect::wire::Request {
                 gw,
                 caller,
                 version: Version::V2026_07_28,

@@ -17,7 +17,7 @@
 //! | [`session_operations`] | sessions that opt in to SEP-1391 operations |
 //! | [`session_plain`] | sessions with neither: each tool's `legacy` policy |
 //!
-//! Each dialect's entry point is `serve(`[`Request`]`) -> Result<Body, RpcError>`:
+//! Each dialect's entry point is `serve(`[`wire::Request`]`) -> Result<Body, RpcError>`:
 //! it answers the methods the dialect owns, every failure an [`RpcError`]. The
 //! session dialects also take part in `tools/list` and `tools/call` through the
 //! routing below.
@@ -63,27 +63,7 @@ use crate::core::handle::Dialect;
 use crate::core::{Caller, CoreError, Gateway};
 use crate::rpc::{Body, Params, RpcError};
 use session::Session;
-use wire::{server_info, tool_entry, Outbound, INSTRUCTIONS, SEP1391_CAPABILITY};
-
-/// One request, as every dialect's `serve` takes it.
-#[derive(Clone, Copy)]
-pub struct Request<'a> {
-    /// The core.
-    pub gw: &'a Gateway,
-    /// Who asks.
-    pub caller: &'a Caller,
-    /// The protocol version the request is served in.
-    pub version: wire::Version,
-    /// The HTTP request's headers; `None` on stdio and for session dialects.
-    pub headers: Option<&'a axum::http::HeaderMap>,
-    /// Where messages go before the response (progress, input requests),
-    /// when the transport can stream.
-    pub out: Option<&'a Outbound>,
-    /// The JSON-RPC method.
-    pub method: &'a str,
-    /// Its params.
-    pub params: &'a Params,
-}
+use wire::{server_info, tool_entry, Outbound, Request, INSTRUCTIONS, SEP1391_CAPABILITY};
 
 /// Answers `initialize`: the session it opens and the result.
 #[must_use]

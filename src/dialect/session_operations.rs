@@ -15,8 +15,8 @@ use taskgate_engine::{EngineError, RunState, Snapshot};
 
 use super::input;
 use super::outcome::status_word;
+use super::wire::Request;
 use super::wire::{call_tool_result, Outbound, Version};
-use super::Request;
 use crate::core::audit::{self, Action, Outcome};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;

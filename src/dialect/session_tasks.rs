@@ -10,8 +10,8 @@ use taskgate_engine::{RunState, Snapshot};
 
 use super::input;
 use super::task_ref::open_task;
+use super::wire::Request;
 use super::wire::{call_tool_result, task_times, Outbound, Version};
-use super::Request;
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};

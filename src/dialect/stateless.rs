@@ -18,11 +18,11 @@ use super::input::{approval_meta, APPROVAL_META};
 use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
+use super::wire::Request;
 use super::wire::{
     call_tool_result, server_info, task_times, timestamp, tool_entry, Outbound, Version,
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
-use super::Request;
 use crate::core::config::ToolMode;
 use crate::core::gateway::answers::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};

@@ -20,6 +20,26 @@ pub use crate::rpc::{META_CAPABILITIES, META_VERSION, TASKS_EXTENSION};
 /// in to SEP-1391 operations, and that taskgate echoes back.
 pub const SEP1391_CAPABILITY: &str = "taskgate/sep-1391";
 
+/// One request, as every dialect's `serve` takes it.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The core.
+    pub gw: &'a crate::core::Gateway,
+    /// Who asks.
+    pub caller: &'a crate::core::Caller,
+    /// The protocol version the request is served in.
+    pub version: Version,
+    /// The HTTP request's headers; `None` on stdio and for session dialects.
+    pub headers: Option<&'a axum::http::HeaderMap>,
+    /// Where messages go before the response (progress, input requests),
+    /// when the transport can stream.
+    pub out: Option<&'a Outbound>,
+    /// The JSON-RPC method.
+    pub method: &'a str,
+    /// Its params.
+    pub params: &'a crate::rpc::Params,
+}
+
 /// A protocol version taskgate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Version {
