@@ -343,8 +343,8 @@ async fn post(app: &axum::Router, case: &Case, modern_headers: bool) -> (u16, Ve
         .header("host", "127.0.0.1:8808");
     if modern_headers {
         req = req
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", case.method);
+            .header(crate::rpc::header::PROTOCOL_VERSION, "2026-07-28")
+            .header(crate::rpc::header::METHOD, case.method);
     }
     let resp = app
         .clone()

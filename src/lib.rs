@@ -14,7 +14,7 @@
 //! - the engine API and the engines: the `adapters/` crates.
 //!
 //! [`rpc`] is the one place JSON-RPC error objects, codes and HTTP statuses are
-//! made.
+//! made, and names the HTTP headers of the MCP transport ([`rpc::header`]).
 
 pub mod core;
 pub mod dialect;

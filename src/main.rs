@@ -1,6 +1,8 @@
 //! The `taskgate` command.
 
-mod client;
+/// The terminal client (`taskgate call`, `taskgate tasks`): beside the server,
+/// importing none of it but the header names in `taskgate::rpc::header`.
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,13 +84,13 @@ enum Command {
     },
     /// Call a tool from a terminal: start the task, show its progress, ask its
     /// questions, print its result.
-    #[command(after_help = client::EXIT_CODES)]
-    Call(client::CallArgs),
+    #[command(after_help = cli::EXIT_CODES)]
+    Call(cli::CallArgs),
     /// Read, follow or cancel a task by its handle.
-    #[command(after_help = client::EXIT_CODES)]
+    #[command(after_help = cli::EXIT_CODES)]
     Tasks {
         #[command(subcommand)]
-        command: client::TasksCommand,
+        command: cli::TasksCommand,
     },
     /// Print a fresh sealing secret (the base64 text of 32 random bytes) for
     /// `[keys]`: `export TASKGATE_SEAL_KEY="$(taskgate keygen)"`, or write it to
@@ -320,8 +322,8 @@ async fn run(command: Command) -> ExitCode {
             }
             Err(e) => config_error(&e),
         },
-        Command::Call(args) => client::call(args).await,
-        Command::Tasks { command } => client::tasks(command).await,
+        Command::Call(args) => cli::call(args).await,
+        Command::Tasks { command } => cli::tasks(command).await,
         Command::Supervise { .. } | Command::Keygen => {
             unreachable!("handled before the runtime starts")
         }

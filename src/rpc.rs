@@ -6,6 +6,7 @@ use taskgate_engine::EngineError;
 
 use crate::core::CoreError;
 
+pub mod header;
 mod params;
 
 use params::Walked;

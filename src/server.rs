@@ -168,6 +168,18 @@ pub struct Dispatched {
     pub required_scopes: Option<Vec<String>>,
 }
 
+impl Dispatched {
+    /// A notification or a client's response, taken: no body, 202.
+    fn accepted() -> Self {
+        Self {
+            body: None,
+            status: 202,
+            session_id: None,
+            required_scopes: None,
+        }
+    }
+}
+
 /// The caller of an HTTP request, from its bearer token: a static token's caller,
 /// or the issuer and subject of a valid OAuth access token; `anonymous` when
 /// neither static tokens nor OAuth are configured. A refusal is audited (without
@@ -259,7 +271,7 @@ fn is_stateless(params: &rpc::Params, headers: Option<&HeaderMap>) -> bool {
 
 fn header_version(headers: Option<&HeaderMap>) -> Option<Version> {
     headers?
-        .get(dialect::wire::header::PROTOCOL_VERSION)?
+        .get(rpc::header::PROTOCOL_VERSION)?
         .to_str()
         .ok()
         .and_then(Version::parse)
@@ -283,10 +295,7 @@ fn era_of(message: &Message, headers: Option<&HeaderMap>, session: Option<Sessio
 
 /// Opens an HTTP request's `Mcp-Session-Id`: `Ok(None)` when it has none.
 fn presented_session(gw: &Gateway, inbound: &Inbound<'_>) -> Result<Option<Session>, ()> {
-    let Some(id) = inbound
-        .headers
-        .and_then(|h| h.get(dialect::wire::header::SESSION_ID))
-    else {
+    let Some(id) = inbound.headers.and_then(|h| h.get(rpc::header::SESSION_ID)) else {
         return Ok(None);
     };
     id.to_str()
@@ -381,97 +390,17 @@ async fn dispatch_unbounded(
     out: Option<Outbound>,
 ) -> Dispatched {
     let Admitted { message, era } = admitted;
-    let caller = inbound.caller;
     match message {
         Message::Request { id, method, params } => {
             let span = tracing::info_span!("request", method = %method, id = %id, task = tracing::field::Empty);
-            let began = std::time::Instant::now();
-            let method_label = crate::core::metrics::Metrics::method_label(&method);
-            let version = |v: &str| {
-                dialect::wire::Version::parse(v)
-                    .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str)
+            let request = Incoming {
+                id: &id,
+                method: &method,
+                params: &params,
             };
-            let dialect_label = match &era {
-                Era::Stateless => dialect::wire::Version::V2026_07_28.as_str(),
-                // No session yet: the version the client asks for.
-                Era::Session(_) if method == "initialize" => {
-                    version(params["protocolVersion"].as_str().unwrap_or_default())
-                }
-                Era::Session(s) => version(&s.version),
-            };
-            async move {
-                let mut opened = None;
-                let stateless = era == Era::Stateless;
-                let outcome = match &era {
-                    // The dialects' futures are boxed: each is several KiB, and
-                    // unboxed they would make every future around them as large,
-                    // copied whole each time one is moved (per request).
-                    Era::Stateless if method == "subscriptions/listen" => {
-                        Box::pin(dialect::tasks_extension::listen(
-                            gw,
-                            caller,
-                            inbound.headers,
-                            out.as_ref(),
-                            &id,
-                            &params,
-                        ))
-                        .await
-                        .map(rpc::Body::Value)
-                    }
-                    Era::Stateless => {
-                        Box::pin(dialect::tasks_extension::handle(
-                            gw,
-                            caller,
-                            inbound.headers,
-                            out.as_ref(),
-                            &method,
-                            &params,
-                        ))
-                        .await
-                    }
-                    Era::Session(_) if method == "initialize" => {
-                        let (session, result) = dialect::initialize(&params);
-                        opened = Some(session);
-                        Ok(rpc::Body::Value(result))
-                    }
-                    Era::Session(session) => {
-                        Box::pin(dialect::in_session(
-                            gw,
-                            caller,
-                            session,
-                            out.as_ref(),
-                            &method,
-                            &params,
-                        ))
-                        .await
-                    }
-                };
-                gw.metrics.request(
-                    method_label,
-                    dialect_label,
-                    outcome.is_ok(),
-                    began.elapsed(),
-                );
-                match outcome {
-                    Ok(result) => Dispatched {
-                        body: Some(rpc::ok(&id, result)),
-                        status: 200,
-                        session_id: opened.and_then(|s| keep_session(gw, inbound, s)),
-                        required_scopes: None,
-                    },
-                    Err(e) => {
-                        log_error(&e);
-                        Dispatched {
-                            status: e.http_status(stateless),
-                            body: Some(e.response(&id).into()),
-                            session_id: None,
-                            required_scopes: e.required_scopes().map(<[String]>::to_vec),
-                        }
-                    }
-                }
-            }
-            .instrument(span)
-            .await
+            dispatch_request(gw, inbound, &era, request, out.as_ref())
+                .instrument(span)
+                .await
         }
         Message::Notification { method, params } => {
             tracing::debug!(method = %method, "notification");
@@ -481,25 +410,131 @@ async fn dispatch_unbounded(
                 }
                 cancel_operations(gw, inbound, &params).await;
             }
-            Dispatched {
-                body: None,
-                status: 202,
-                session_id: None,
-                required_scopes: None,
-            }
+            Dispatched::accepted()
         }
         Message::Response { id, result, error } => {
             if let Err(e) =
-                dialect::client_response(gw, caller, &id, result.as_ref(), error.as_ref()).await
+                dialect::client_response(gw, inbound.caller, &id, result.as_ref(), error.as_ref())
+                    .await
             {
                 log_error(&e);
             }
+            Dispatched::accepted()
+        }
+    }
+}
+
+/// One request's id, method and params.
+#[derive(Clone, Copy)]
+struct Incoming<'a> {
+    id: &'a Value,
+    method: &'a str,
+    params: &'a rpc::Params,
+}
+
+/// A request: routed to its dialect, counted in the metrics, answered.
+async fn dispatch_request(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    era: &Era,
+    request: Incoming<'_>,
+    out: Option<&Outbound>,
+) -> Dispatched {
+    let began = std::time::Instant::now();
+    let method_label = crate::core::metrics::Metrics::method_label(request.method);
+    let mut opened = None;
+    let outcome = route(gw, inbound, era, request, out, &mut opened).await;
+    gw.metrics.request(
+        method_label,
+        era_label(era, request),
+        outcome.is_ok(),
+        began.elapsed(),
+    );
+    match outcome {
+        Ok(result) => Dispatched {
+            body: Some(rpc::ok(request.id, result)),
+            status: 200,
+            session_id: opened.and_then(|s| keep_session(gw, inbound, s)),
+            required_scopes: None,
+        },
+        Err(e) => {
+            log_error(&e);
             Dispatched {
-                body: None,
-                status: 202,
+                status: e.http_status(*era == Era::Stateless),
+                body: Some(e.response(request.id).into()),
                 session_id: None,
-                required_scopes: None,
+                required_scopes: e.required_scopes().map(<[String]>::to_vec),
             }
+        }
+    }
+}
+
+/// The protocol version a request is counted under in the metrics.
+fn era_label(era: &Era, request: Incoming<'_>) -> &'static str {
+    let version = |v: &str| {
+        dialect::wire::Version::parse(v)
+            .map_or(crate::core::metrics::OTHER, dialect::wire::Version::as_str)
+    };
+    match era {
+        Era::Stateless => dialect::wire::Version::V2026_07_28.as_str(),
+        // No session yet: the version the client asks for.
+        Era::Session(_) if request.method == "initialize" => version(
+            request.params["protocolVersion"]
+                .as_str()
+                .unwrap_or_default(),
+        ),
+        Era::Session(s) => version(&s.version),
+    }
+}
+
+/// Hands a request to the dialect that speaks its era; an `initialize` opens
+/// a session, left in `opened`.
+async fn route(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    era: &Era,
+    request: Incoming<'_>,
+    out: Option<&Outbound>,
+    opened: &mut Option<Session>,
+) -> Result<rpc::Body, RpcError> {
+    let Incoming { id, method, params } = request;
+    let caller = inbound.caller;
+    match era {
+        // The dialects' futures are boxed: each is several KiB, and
+        // unboxed they would make every future around them as large,
+        // copied whole each time one is moved (per request).
+        Era::Stateless if method == "subscriptions/listen" => Box::pin(dialect::stateless::listen(
+            gw,
+            caller,
+            inbound.headers,
+            out,
+            id,
+            params,
+        ))
+        .await
+        .map(rpc::Body::Value),
+        Era::Stateless => {
+            Box::pin(dialect::stateless::serve(dialect::wire::Request {
+                gw,
+                caller,
+                version: Version::V2026_07_28,
+                headers: inbound.headers,
+                out,
+                method,
+                params,
+            }))
+            .await
+        }
+        Era::Session(_) if method == "initialize" => {
+            let (session, result) = dialect::initialize(params);
+            *opened = Some(session);
+            Ok(rpc::Body::Value(result))
+        }
+        Era::Session(session) => {
+            Box::pin(dialect::in_session(
+                gw, caller, session, out, method, params,
+            ))
+            .await
         }
     }
 }

@@ -78,11 +78,7 @@ pub enum Outcome {
 /// The dialect's name in events.
 #[must_use]
 pub fn dialect_label(d: Dialect) -> &'static str {
-    match d {
-        Dialect::TasksExtension => "tasks-2026-07-28",
-        Dialect::TasksSep1686 => "tasks-2025-11-25",
-        Dialect::PlainHandle => "plain",
-    }
+    d.label()
 }
 
 /// The short, non-reversible reference of a run in events.

@@ -602,8 +602,10 @@ pub enum LegacyPolicy {
     Hide,
     /// The call waits up to `max_wait`, with progress notifications when asked.
     Wait,
-    /// The call returns a handle at once; companion tools read, fetch and cancel it.
-    Handles,
+    /// `handles`: the call returns the run's sealed task handle at once; the
+    /// companion tools read, fetch and cancel it.
+    #[serde(rename = "handles")]
+    Companions,
 }
 
 /// `[[tools]]`

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use taskgate_engine::InputRequest;
 
 use super::wire::{Outbound, Version};
-use crate::core::gateway::{Answering, TICKET_PREFIX};
+use crate::core::gateway::answers::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose};
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use taskgate_engine::MAX_LOG_LINES;
 
 use super::wire::Version;
-use crate::core::logs::LogsRead;
+use crate::core::gateway::logs::LogsRead;
 use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::RpcError;
 

@@ -20,21 +20,24 @@ pub use crate::rpc::{META_CAPABILITIES, META_VERSION, TASKS_EXTENSION};
 /// in to SEP-1391 operations, and that taskgate echoes back.
 pub const SEP1391_CAPABILITY: &str = "taskgate/sep-1391";
 
-/// The HTTP headers the dialects read, as names made once: a lookup by a
-/// string parses the name again on every request.
-pub mod header {
-    use axum::http::HeaderName;
-
-    /// `MCP-Protocol-Version`.
-    pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-    /// `Mcp-Session-Id` (legacy sessions over HTTP).
-    pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-    /// `Mcp-Method` (2026-07-28).
-    pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
-    /// `Mcp-Name` (2026-07-28: the tool, resource or task a request names).
-    pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
-    /// `X-Accel-Buffering`, set to `no` so proxies pass streams on at once.
-    pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+/// One request, as every dialect's `serve` takes it.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The core.
+    pub gw: &'a crate::core::Gateway,
+    /// Who asks.
+    pub caller: &'a crate::core::Caller,
+    /// The protocol version the request is served in.
+    pub version: Version,
+    /// The HTTP request's headers; `None` on stdio and for session dialects.
+    pub headers: Option<&'a axum::http::HeaderMap>,
+    /// Where messages go before the response (progress, input requests),
+    /// when the transport can stream.
+    pub out: Option<&'a Outbound>,
+    /// The JSON-RPC method.
+    pub method: &'a str,
+    /// Its params.
+    pub params: &'a crate::rpc::Params,
 }
 
 /// A protocol version taskgate serves.

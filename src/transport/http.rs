@@ -22,7 +22,7 @@ use super::lanes::{lane_count, tick_within, Lanes};
 use crate::core::audit;
 use crate::core::config::IpNetwork;
 use crate::core::Gateway;
-use crate::dialect::wire::header::{SESSION_ID, X_ACCEL_BUFFERING};
+use crate::rpc::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
 use crate::server::auth::{AuthError, Authenticator, FailureLimit};
 use crate::server::{self, Admitted, Dispatched, Inbound};
@@ -444,40 +444,9 @@ async fn serve_mcp(
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<audit::Peer>().map(|p| p.0);
     let headers = parts.headers;
-    // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
-    // one with a wrong Host: the check guards against DNS rebinding only if
-    // it cannot be skipped.
-    let host_ok = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| host_allowed(&gw, host));
-    if !host_ok {
-        audit::refused_at_door(
-            peer,
-            if headers.contains_key(header::HOST) {
-                "host_not_allowed"
-            } else {
-                "host_missing"
-            },
-        );
-        return forbidden("Host not allowed");
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_allowed(&gw, o));
-        if !ok {
-            audit::refused_at_door(peer, "origin_not_allowed");
-            return forbidden("Origin not allowed");
-        }
-    }
-    // A peer that presented too many refused tokens is turned away before its
-    // token is looked at (no introspection call); only refusals of a presented
-    // token count, not a missing one nor an issuer that could not be asked.
     let failures = parts.extensions.get::<Arc<FailureLimit>>();
-    if let (Some(peer), Some(limit)) = (peer, failures) {
-        if let Err(wait) = limit.check(peer.ip()) {
-            audit::refused_at_door(Some(peer), "too_many_failures");
-            return too_many_failures(wait);
-        }
+    if let Some(refusal) = door_refusal(&gw, &headers, peer, failures) {
+        return refusal;
     }
     let identified = server::identify(&gw, oauth.as_deref(), &headers);
     let caller = match audit::scope(audit::Context::new(peer, ""), identified).await {
@@ -519,6 +488,51 @@ async fn serve_mcp(
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())
+}
+
+/// The door's refusal of a request, before its credentials are looked at: a
+/// Host or Origin not allowed, or a peer with too many refused tokens.
+fn door_refusal(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+    failures: Option<&Arc<FailureLimit>>,
+) -> Option<Response> {
+    // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
+    // one with a wrong Host: the check guards against DNS rebinding only if
+    // it cannot be skipped.
+    let host_ok = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|host| host_allowed(gw, host));
+    if !host_ok {
+        audit::refused_at_door(
+            peer,
+            if headers.contains_key(header::HOST) {
+                "host_not_allowed"
+            } else {
+                "host_missing"
+            },
+        );
+        return Some(forbidden("Host not allowed"));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_allowed(gw, o));
+        if !ok {
+            audit::refused_at_door(peer, "origin_not_allowed");
+            return Some(forbidden("Origin not allowed"));
+        }
+    }
+    // A peer that presented too many refused tokens is turned away before its
+    // token is looked at (no introspection call); only refusals of a presented
+    // token count, not a missing one nor an issuer that could not be asked.
+    if let (Some(peer), Some(limit)) = (peer, failures) {
+        if let Err(wait) = limit.check(peer.ip()) {
+            audit::refused_at_door(Some(peer), "too_many_failures");
+            return Some(too_many_failures(wait));
+        }
+    }
+    None
 }
 
 /// Reads a request body of at most `server.max_body_bytes` within
@@ -736,6 +750,7 @@ fn sse_response(body: axum::body::Body) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::header::PROTOCOL_VERSION;
 
     async fn post(app: Router, headers: &[(&str, &str)], body: &str) -> (u16, String) {
         use tower::ServiceExt as _;
@@ -773,7 +788,7 @@ mod tests {
         let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
         let (status, body) = post(
             app().await,
-            &[("mcp-protocol-version", "2025-03-26")],
+            &[(PROTOCOL_VERSION.as_str(), "2025-03-26")],
             batch,
         )
         .await;
@@ -784,7 +799,7 @@ mod tests {
         assert!(answers[1]["result"]["tools"].is_array());
         let (status, body) = post(
             app().await,
-            &[("mcp-protocol-version", "2025-06-18")],
+            &[(PROTOCOL_VERSION.as_str(), "2025-06-18")],
             batch,
         )
         .await;

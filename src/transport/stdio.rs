@@ -20,7 +20,7 @@ use crate::server::{self, Connection, Inbound};
 /// # Errors
 ///
 /// I/O errors on the streams.
-pub async fn serve<R, W>(gw: Arc<Gateway>, input: R, mut output: W) -> std::io::Result<()>
+pub async fn serve<R, W>(gw: Arc<Gateway>, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -28,16 +28,7 @@ where
     let caller = Arc::new(server::local_caller(&gw));
     let connection = Arc::new(Connection::new());
     let in_flight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    let writer = tokio::spawn(async move {
-        while let Some(message) = rx.recv().await {
-            let mut line = message.to_string();
-            line.push('\n');
-            output.write_all(line.as_bytes()).await?;
-            output.flush().await?;
-        }
-        Ok::<_, std::io::Error>(())
-    });
+    let (tx, writer) = spawn_writer(output);
 
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
@@ -108,6 +99,30 @@ where
     while tasks.join_next().await.is_some() {}
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
+}
+
+/// The task that writes each message sent on the returned channel to
+/// `output`, a line each, until every sender is gone.
+fn spawn_writer<W>(
+    mut output: W,
+) -> (
+    mpsc::UnboundedSender<Value>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            let mut line = message.to_string();
+            line.push('\n');
+            output.write_all(line.as_bytes()).await?;
+            output.flush().await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    (tx, writer)
 }
 
 /// Reads the next line into `line` (without its newline); `false` at the end of

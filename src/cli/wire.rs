@@ -22,6 +22,7 @@ use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::sanitize;
+use taskgate::rpc::header;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// The protocol version the client speaks.
@@ -284,10 +285,10 @@ impl Connection {
                     .timeout(timeout)
                     .header("content-type", "application/json")
                     .header("accept", "application/json, text/event-stream")
-                    .header("mcp-protocol-version", VERSION)
-                    .header("mcp-method", method);
+                    .header(header::PROTOCOL_VERSION.as_str(), VERSION)
+                    .header(header::METHOD.as_str(), method);
                 if let Some(name) = name {
-                    req = req.header("mcp-name", header_text(&name));
+                    req = req.header(header::NAME.as_str(), header_text(&name));
                 }
                 for (header, value) in param_headers {
                     req = req.header(format!("mcp-param-{header}"), header_text(value));

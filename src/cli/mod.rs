@@ -1,6 +1,7 @@
 //! `taskgate call` and `taskgate tasks`: a client for people.
 //!
-//! The top layer of the binary, beside the server and importing none of it:
+//! The top layer of the binary, beside the server and importing none of it
+//! (only the header names of `taskgate::rpc::header`, shared vocabulary):
 //! it speaks MCP 2026-07-28 with the tasks extension to a server at `--url`, or
 //! to `taskgate serve --stdio` started on `--config`. `tools/call` creates a
 //! task; the client polls `tasks/get` at the server's `pollIntervalMs`, showing

@@ -13,11 +13,12 @@ use axum::http::HeaderMap;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use super::super::wire::{header, Outbound};
+use super::super::wire::Outbound;
 use super::{check_headers, check_meta, detailed_task, missing_tasks, require_header};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
 use crate::core::{Caller, CoreError, Gateway, Tool};
+use crate::rpc::header;
 use crate::rpc::{Params, RpcError};
 
 /// The `_meta` key every message of a listen stream carries.
@@ -55,43 +56,7 @@ pub async fn listen(
     if let Some(headers) = headers {
         check_headers(gw, headers, "subscriptions/listen", params)?;
     }
-    let filter = match params.get("notifications") {
-        Some(Value::Object(f)) => f,
-        _ => {
-            return Err(RpcError::InvalidParams(
-                "notifications must be an object (a subscription filter)".into(),
-            ))
-        }
-    };
-    let ids = match filter.get("taskIds") {
-        None => Vec::new(),
-        Some(Value::Array(ids)) => {
-            if !declared.tasks {
-                return Err(missing_tasks());
-            }
-            let mut seen = Vec::new();
-            for v in ids {
-                let id = v.as_str().ok_or_else(|| {
-                    RpcError::InvalidParams("notifications.taskIds must hold strings".into())
-                })?;
-                if !seen.contains(&id) {
-                    seen.push(id);
-                }
-            }
-            if seen.len() > MAX_TASK_IDS {
-                return Err(RpcError::InvalidParams(format!(
-                    "notifications.taskIds names {} tasks; one listen stream watches at most {MAX_TASK_IDS}",
-                    seen.len()
-                )));
-            }
-            seen
-        }
-        Some(_) => {
-            return Err(RpcError::InvalidParams(
-                "notifications.taskIds must be an array".into(),
-            ))
-        }
-    };
+    let ids = task_ids(params, declared.tasks)?;
     let out = out.ok_or_else(|| {
         RpcError::InvalidRequest(
             "subscriptions/listen needs a stream: send Accept: text/event-stream".into(),
@@ -148,8 +113,6 @@ pub async fn listen(
     Ok(json!({ "resultType": "complete", "_meta": meta }))
 }
 
-/// Sends the task's `DetailedTask` now and on each change, until it is terminal
-/// or its run is gone.
 /// Where a listen stream's notifications go, and what its request declared.
 #[derive(Clone, Copy)]
 struct Subscriber<'a> {
@@ -160,6 +123,48 @@ struct Subscriber<'a> {
     elicitation: bool,
 }
 
+/// The task ids of the subscription filter `notifications.taskIds`, each
+/// once; naming them needs the tasks extension (`tasks`).
+fn task_ids(params: &Params, tasks: bool) -> Result<Vec<&str>, RpcError> {
+    let filter = match params.get("notifications") {
+        Some(Value::Object(f)) => f,
+        _ => {
+            return Err(RpcError::InvalidParams(
+                "notifications must be an object (a subscription filter)".into(),
+            ))
+        }
+    };
+    match filter.get("taskIds") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(ids)) => {
+            if !tasks {
+                return Err(missing_tasks());
+            }
+            let mut seen = Vec::new();
+            for v in ids {
+                let id = v.as_str().ok_or_else(|| {
+                    RpcError::InvalidParams("notifications.taskIds must hold strings".into())
+                })?;
+                if !seen.contains(&id) {
+                    seen.push(id);
+                }
+            }
+            if seen.len() > MAX_TASK_IDS {
+                return Err(RpcError::InvalidParams(format!(
+                    "notifications.taskIds names {} tasks; one listen stream watches at most {MAX_TASK_IDS}",
+                    seen.len()
+                )));
+            }
+            Ok(seen)
+        }
+        Some(_) => Err(RpcError::InvalidParams(
+            "notifications.taskIds must be an array".into(),
+        )),
+    }
+}
+
+/// Sends the task's `DetailedTask` now and on each change, until it is terminal
+/// or its run is gone.
 async fn follow(
     gw: &Gateway,
     to: Subscriber<'_>,

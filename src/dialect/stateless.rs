@@ -6,7 +6,7 @@
 //! Every request carries its protocol version and client capabilities in
 //! `_meta`; nothing carries over between requests.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName};
@@ -18,15 +18,16 @@ use super::input::{approval_meta, APPROVAL_META};
 use super::logs;
 use super::outcome::{notify_progress, sync_outcome};
 use super::task_ref::open_task;
+use super::wire::Request;
 use super::wire::{
-    call_tool_result, header, server_info, task_times, timestamp, tool_entry, Outbound, Version,
+    call_tool_result, server_info, task_times, timestamp, tool_entry, Outbound, Version,
     INSTRUCTIONS, META_CAPABILITIES, META_VERSION, TASKS_EXTENSION,
 };
 use crate::core::config::ToolMode;
-use crate::core::gateway::{Answering, TICKET_PREFIX};
+use crate::core::gateway::answers::{Answering, TICKET_PREFIX};
 use crate::core::handle::{Dialect, Purpose, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::{Body, Member, Params, RpcError};
+use crate::rpc::{header, Body, Member, Params, RpcError};
 use taskgate_engine::InputRequest;
 
 mod listen;
@@ -38,20 +39,22 @@ struct Declared {
     elicitation: bool,
 }
 
-/// Handles one modern request. `headers` is present on HTTP, where the header
+/// Serves one modern request. `headers` is present on HTTP, where the header
 /// rules apply.
 ///
 /// # Errors
 ///
 /// Every failure as an [`RpcError`].
-pub async fn handle(
-    gw: &Gateway,
-    caller: &Caller,
-    headers: Option<&HeaderMap>,
-    out: Option<&Outbound>,
-    method: &str,
-    params: &Params,
-) -> Result<Body, RpcError> {
+pub async fn serve(req: Request<'_>) -> Result<Body, RpcError> {
+    let Request {
+        gw,
+        caller,
+        headers,
+        out,
+        method,
+        params,
+        ..
+    } = req;
     if let (Some(headers), Some(version)) = (headers, params.meta_version()) {
         // A header that disagrees with the body is a HeaderMismatch, whether or
         // not the body's version is served.
@@ -76,55 +79,56 @@ pub async fn handle(
             if let Some(ticket) = params.task_id().filter(|id| id.starts_with(TICKET_PREFIX)) {
                 return by_ticket(gw, caller, method, params, ticket, &declared).await;
             }
-            let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
-            match method {
-                "tasks/get" => {
-                    let snapshot = gw.read(tool, &claims.native).await?;
-                    // An input request goes only to a request that declared its
-                    // type (elicitation); any other gets -32021 naming it.
-                    if matches!(snapshot.state, RunState::InputRequired { .. })
-                        && !declared.elicitation
-                    {
-                        return Err(missing_elicitation());
-                    }
-                    let tickets = |key: &str, r: &InputRequest| {
-                        approval_meta(gw, caller, tool, &claims.native, key, r)
-                    };
-                    // Written straight to bytes: the hot path of every poll.
-                    Ok(Body::Written(
-                        DetailedTask::of(task_id, &claims, tool, &snapshot, &tickets).to_json(),
-                    ))
-                }
-                "tasks/update" => {
-                    let empty = Map::new();
-                    let responses = match params.get("inputResponses") {
-                        None => &empty,
-                        Some(Value::Object(m)) => m,
-                        Some(_) => {
-                            return Err(RpcError::InvalidParams(
-                                "inputResponses must be an object".into(),
-                            ))
-                        }
-                    };
-                    gw.answer(
-                        caller,
-                        Dialect::TasksExtension,
-                        tool,
-                        &claims.native,
-                        responses,
-                        Answering::Starter,
-                    )
-                    .await?;
-                    Ok(json!({ "resultType": "complete" }).into())
-                }
-                _ => {
-                    gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
-                        .await?;
-                    Ok(json!({ "resultType": "complete" }).into())
-                }
-            }
+            task_method(gw, caller, method, params, &declared).await
         }
         other => Err(RpcError::MethodNotFound(other.to_owned())),
+    }
+}
+
+/// `tasks/get`, `tasks/update` or `tasks/cancel` of a task handle.
+async fn task_method(
+    gw: &Gateway,
+    caller: &Caller,
+    method: &str,
+    params: &Params,
+    declared: &Declared,
+) -> Result<Body, RpcError> {
+    let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksExtension, params)?;
+    match method {
+        "tasks/get" => {
+            let snapshot = gw.read(tool, &claims.native).await?;
+            // An input request goes only to a request that declared its
+            // type (elicitation); any other gets -32021 naming it.
+            if matches!(snapshot.state, RunState::InputRequired { .. }) && !declared.elicitation {
+                return Err(missing_elicitation());
+            }
+            let tickets = |key: &str, r: &InputRequest| {
+                approval_meta(gw, caller, tool, &claims.native, key, r)
+            };
+            // Written straight to bytes: the hot path of every poll.
+            Ok(Body::Written(
+                DetailedTask::of(task_id, &claims, tool, &snapshot, &tickets).to_json(),
+            ))
+        }
+        "tasks/update" => {
+            let empty = Map::new();
+            let responses = input_responses(params, &empty)?;
+            gw.answer(
+                caller,
+                Dialect::TasksExtension,
+                tool,
+                &claims.native,
+                responses,
+                Answering::Starter,
+            )
+            .await?;
+            Ok(json!({ "resultType": "complete" }).into())
+        }
+        _ => {
+            gw.cancel(caller, Dialect::TasksExtension, tool, &claims.native)
+                .await?;
+            Ok(json!({ "resultType": "complete" }).into())
+        }
     }
 }
 
@@ -425,19 +429,7 @@ async fn call_tool(
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::InvalidParams("name is required".into()))?;
     if name == logs::TOOL && logs::listed(gw, caller) {
-        let args = logs::args(params)?;
-        let (claims, tool) = gw.open_for_logs(caller, &args.task)?;
-        let mut result = logs::page(
-            gw,
-            caller,
-            Version::V2026_07_28,
-            tool,
-            &claims.native,
-            &args,
-        )
-        .await?;
-        result["resultType"] = json!("complete");
-        return Ok(result);
+        return call_logs(gw, caller, params).await;
     }
     let tool = gw.tool_for(caller, name, Dialect::TasksExtension)?;
     let args = gw.check_arguments(tool, params.get("arguments"))?;
@@ -446,26 +438,8 @@ async fn call_tool(
         return Err(missing_tasks());
     }
     let empty = Map::new();
-    let responses = match params.get("inputResponses") {
-        None => &empty,
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(RpcError::InvalidParams(
-                "inputResponses must be an object".into(),
-            ))
-        }
-    };
-    // How long to wait for input before answering: a task is created after
-    // `input_wait` (or at once); a synchronous call waits for the outcome.
-    let limit = if as_task {
-        if declared.elicitation {
-            tool.config.input_wait.unwrap_or_default()
-        } else {
-            Duration::ZERO
-        }
-    } else {
-        tool.config.max_wait.unwrap_or(gw.server.max_wait)
-    };
+    let responses = input_responses(params, &empty)?;
+    let limit = wait_limit(gw, tool, as_task, declared);
     // A call that will wait holds a slot from before its run starts.
     let _slot = if limit.is_zero() {
         None
@@ -473,118 +447,219 @@ async fn call_tool(
         Some(gw.hold_wait(caller)?)
     };
     let digest = arguments_digest(&args);
-    // The retry of an input_required result names its run in requestState;
-    // a first call starts one.
-    let (claims, handle) = match params.get("requestState") {
-        None => {
-            let started = gw
-                .start(caller, tool, args, Dialect::TasksExtension, None)
-                .await?;
-            (started.claims, started.handle)
-        }
-        Some(state) => {
-            let claims = state
-                .as_str()
-                .and_then(|s| {
-                    gw.keys
-                        .open::<RequestState>(Purpose::RequestState, caller, s)
-                })
-                .filter(|r| r.claims.tool == tool.config.name && r.arguments == digest)
-                .filter(|r| !r.claims.expired_at(std::time::SystemTime::now()))
-                .map(|r| r.claims)
-                .ok_or_else(|| {
-                    RpcError::InvalidParams(
-                        "requestState is invalid: altered, expired, or from another call".into(),
-                    )
-                })?;
-            let handle = gw.keys.seal(Purpose::Task, caller, &claims);
-            (claims, handle)
-        }
+    let (claims, handle) = start_or_resume(gw, caller, tool, args, params, &digest).await?;
+    let call = Call {
+        gw,
+        caller,
+        tool,
+        claims: &claims,
+        out,
+        as_task,
+        elicitation: declared.elicitation,
+        // A synchronous call with a progress token reports progress on its stream.
+        progress_token: params
+            .get("_meta")
+            .and_then(|m| m.get("progressToken"))
+            .filter(|_| !as_task),
     };
-    let deadline = Instant::now() + limit;
-    let mut answered = HashSet::new();
-    // A synchronous call with a progress token reports progress on its stream.
-    let progress_token = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .filter(|_| !as_task)
-        .cloned();
-    let mut last_progress = None;
-    let snapshot = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let snapshot = if left.is_zero() && as_task && answered.is_empty() && responses.is_empty() {
-            None
-        } else {
-            Some(
-                gw.wait(tool, &claims.native, left, |s| {
-                    if let (Some(out), Some(token)) = (out, &progress_token) {
-                        notify_progress(out, token, s, Version::V2026_07_28, &mut last_progress);
-                    }
-                })
-                .await?,
-            )
-        };
-        let Some(snapshot) = snapshot else { break None };
-        let RunState::InputRequired { requests, .. } = &snapshot.state else {
-            break Some(snapshot);
-        };
-        if !declared.elicitation {
-            break Some(snapshot);
+    let snapshot = match call.settle(limit, responses).await? {
+        Settled::Read(snapshot) => snapshot,
+        Settled::InputRequired(requests) => {
+            let state = RequestState {
+                claims: claims.clone(),
+                arguments: digest,
+            };
+            let tickets = |key: &str, r: &InputRequest| {
+                approval_meta(gw, caller, tool, &claims.native, key, r)
+            };
+            return Ok(json!({
+                "resultType": "input_required",
+                "inputRequests": input_requests(&requests, &tickets),
+                "requestState": gw.keys.seal(Purpose::RequestState, caller, &state),
+            }));
         }
-        // Answers the client already sent (on this retry) for open requests.
-        // They are answers inside the call that starts the run: an approval
-        // among them is refused (before any answer reaches the engine).
-        let fresh: Map<String, Value> = responses
-            .iter()
-            .filter(|(k, _)| requests.contains_key(*k) && !answered.contains(*k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if !fresh.is_empty() {
-            gw.answer(
-                caller,
-                Dialect::TasksExtension,
-                tool,
-                &claims.native,
-                &fresh,
-                Answering::StarterInCall,
-            )
-            .await?;
-            answered.extend(fresh.keys().cloned());
-            continue;
-        }
-        // Only approvals are open: this call cannot take them, so the task is
-        // created (an approver answers it with the ticket its `tasks/get` shows).
-        if as_task && requests.iter().all(|(k, r)| tool.is_approval(k, r)) {
-            break Some(snapshot);
-        }
-        let state = RequestState {
-            claims: claims.clone(),
-            arguments: digest.clone(),
-        };
-        let tickets =
-            |key: &str, r: &InputRequest| approval_meta(gw, caller, tool, &claims.native, key, r);
-        return Ok(json!({
-            "resultType": "input_required",
-            "inputRequests": input_requests(requests, &tickets),
-            "requestState": gw.keys.seal(Purpose::RequestState, caller, &state),
-        }));
     };
     if as_task {
-        let now = claims.created_at();
-        return Ok(json!({
-            "resultType": "task",
-            "taskId": handle,
-            "status": "working",
-            "createdAt": timestamp(now),
-            "lastUpdatedAt": timestamp(now),
-            "ttlMs": claims.ttl_ms,
-            "pollIntervalMs": tool.config.poll_interval.as_millis() as u64,
-        }));
+        return Ok(task_created(tool, &claims, &handle));
     }
     let snapshot = snapshot.expect("a synchronous call always reads its run");
     let mut result = sync_outcome(tool, &snapshot, Version::V2026_07_28, limit, None)?;
     result["resultType"] = json!("complete");
     Ok(result)
+}
+
+/// `taskgate_logs`: a page of a task's log.
+async fn call_logs(gw: &Gateway, caller: &Caller, params: &Value) -> Result<Value, RpcError> {
+    let args = logs::args(params)?;
+    let (claims, tool) = gw.open_for_logs(caller, &args.task)?;
+    let mut result = logs::page(
+        gw,
+        caller,
+        Version::V2026_07_28,
+        tool,
+        &claims.native,
+        &args,
+    )
+    .await?;
+    result["resultType"] = json!("complete");
+    Ok(result)
+}
+
+/// The call's `inputResponses` (an object, or `empty` when absent).
+fn input_responses<'p>(
+    params: &'p Value,
+    empty: &'p Map<String, Value>,
+) -> Result<&'p Map<String, Value>, RpcError> {
+    match params.get("inputResponses") {
+        None => Ok(empty),
+        Some(Value::Object(m)) => Ok(m),
+        Some(_) => Err(RpcError::InvalidParams(
+            "inputResponses must be an object".into(),
+        )),
+    }
+}
+
+/// How long to wait for input before answering: a task is created after
+/// `input_wait` (or at once); a synchronous call waits for the outcome.
+fn wait_limit(gw: &Gateway, tool: &Tool, as_task: bool, declared: &Declared) -> Duration {
+    if as_task {
+        if declared.elicitation {
+            tool.config.input_wait.unwrap_or_default()
+        } else {
+            Duration::ZERO
+        }
+    } else {
+        tool.config.max_wait.unwrap_or(gw.server.max_wait)
+    }
+}
+
+/// The run of this call and its task handle: the retry of an input_required
+/// result names its run in requestState; a first call starts one.
+async fn start_or_resume(
+    gw: &Gateway,
+    caller: &Caller,
+    tool: &Tool,
+    args: Value,
+    params: &Value,
+    digest: &str,
+) -> Result<(TaskClaims, String), RpcError> {
+    let Some(state) = params.get("requestState") else {
+        let started = gw
+            .start(caller, tool, args, Dialect::TasksExtension, None)
+            .await?;
+        return Ok((started.claims, started.handle));
+    };
+    let claims = state
+        .as_str()
+        .and_then(|s| {
+            gw.keys
+                .open::<RequestState>(Purpose::RequestState, caller, s)
+        })
+        .filter(|r| r.claims.tool == tool.config.name && r.arguments == digest)
+        .filter(|r| !r.claims.expired_at(std::time::SystemTime::now()))
+        .map(|r| r.claims)
+        .ok_or_else(|| {
+            RpcError::InvalidParams(
+                "requestState is invalid: altered, expired, or from another call".into(),
+            )
+        })?;
+    let handle = gw.keys.seal(Purpose::Task, caller, &claims);
+    Ok((claims, handle))
+}
+
+/// The `task` result of a call that became a task.
+fn task_created(tool: &Tool, claims: &TaskClaims, handle: &str) -> Value {
+    let now = claims.created_at();
+    json!({
+        "resultType": "task",
+        "taskId": handle,
+        "status": "working",
+        "createdAt": timestamp(now),
+        "lastUpdatedAt": timestamp(now),
+        "ttlMs": claims.ttl_ms,
+        "pollIntervalMs": tool.config.poll_interval.as_millis() as u64,
+    })
+}
+
+/// One `tools/call` whose run has started (or resumed).
+struct Call<'a> {
+    gw: &'a Gateway,
+    caller: &'a Caller,
+    tool: &'a Tool,
+    claims: &'a TaskClaims,
+    out: Option<&'a Outbound>,
+    as_task: bool,
+    elicitation: bool,
+    progress_token: Option<&'a Value>,
+}
+
+/// Where a call's wait for its run ended.
+enum Settled {
+    /// The last read of the run (`None`: a task created without reading it).
+    Read(Option<Snapshot>),
+    /// The run asks for input this call can take: these requests.
+    InputRequired(BTreeMap<String, InputRequest>),
+}
+
+impl Call<'_> {
+    /// Waits up to `limit` for the run to settle, forwarding the answers the
+    /// client already sent (`responses`) as their requests open.
+    async fn settle(
+        &self,
+        limit: Duration,
+        responses: &Map<String, Value>,
+    ) -> Result<Settled, RpcError> {
+        let (gw, tool, native) = (self.gw, self.tool, &self.claims.native);
+        let deadline = Instant::now() + limit;
+        let mut answered = HashSet::new();
+        let mut last_progress = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() && self.as_task && answered.is_empty() && responses.is_empty() {
+                return Ok(Settled::Read(None));
+            }
+            let snapshot = gw
+                .wait(tool, native, left, |s| {
+                    if let (Some(out), Some(token)) = (self.out, self.progress_token) {
+                        notify_progress(out, token, s, Version::V2026_07_28, &mut last_progress);
+                    }
+                })
+                .await?;
+            let RunState::InputRequired { requests, .. } = &snapshot.state else {
+                return Ok(Settled::Read(Some(snapshot)));
+            };
+            if !self.elicitation {
+                return Ok(Settled::Read(Some(snapshot)));
+            }
+            // Answers the client already sent (on this retry) for open requests.
+            // They are answers inside the call that starts the run: an approval
+            // among them is refused (before any answer reaches the engine).
+            let fresh: Map<String, Value> = responses
+                .iter()
+                .filter(|(k, _)| requests.contains_key(*k) && !answered.contains(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !fresh.is_empty() {
+                gw.answer(
+                    self.caller,
+                    Dialect::TasksExtension,
+                    tool,
+                    native,
+                    &fresh,
+                    Answering::StarterInCall,
+                )
+                .await?;
+                answered.extend(fresh.keys().cloned());
+                continue;
+            }
+            // Only approvals are open: this call cannot take them, so the task is
+            // created (an approver answers it with the ticket its `tasks/get` shows).
+            if self.as_task && requests.iter().all(|(k, r)| tool.is_approval(k, r)) {
+                return Ok(Settled::Read(Some(snapshot)));
+            }
+            return Ok(Settled::InputRequired(requests.clone()));
+        }
+    }
 }
 
 /// What a `requestState` holds: the run a `tools/call` started, bound to the

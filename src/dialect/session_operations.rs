@@ -15,12 +15,13 @@ use taskgate_engine::{EngineError, RunState, Snapshot};
 
 use super::input;
 use super::outcome::status_word;
+use super::wire::Request;
 use super::wire::{call_tool_result, Outbound, Version};
 use crate::core::audit::{self, Action, Outcome};
 use crate::core::config::ToolMode;
 use crate::core::handle::Dialect;
 use crate::core::{Caller, CoreError, Gateway, Tool};
-use crate::rpc::RpcError;
+use crate::rpc::{Body, RpcError};
 
 const NOT_FOUND: &str = "Failed to retrieve operation: Operation not found";
 const EXPIRED: &str = "Failed to retrieve operation: Operation has expired";
@@ -274,12 +275,28 @@ fn expired(tool: &Tool, snapshot: &Snapshot) -> bool {
             .is_some_and(|ended| ended + tool.config.keep_alive <= SystemTime::now())
 }
 
-/// Handles `tools/async/status` and `tools/async/result`.
+/// Serves `tools/async/status` and `tools/async/result`.
 ///
 /// # Errors
 ///
 /// -32602 for unknown or expired tokens and results of unfinished operations.
-pub async fn handle(
+pub async fn serve(req: Request<'_>) -> Result<Body, RpcError> {
+    let Request {
+        gw,
+        caller,
+        version,
+        out,
+        method,
+        params,
+        ..
+    } = req;
+    operation(gw, caller, version, out, method, params)
+        .await
+        .map(Body::Value)
+}
+
+/// [`serve`], its result a value.
+async fn operation(
     gw: &Gateway,
     caller: &Caller,
     version: Version,

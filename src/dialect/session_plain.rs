@@ -48,7 +48,7 @@ fn companions_listed(gw: &Gateway, session: &Session) -> bool {
         && gw
             .tools()
             .iter()
-            .any(|t| t.is_long_running() && t.config.legacy_policy() == LegacyPolicy::Handles)
+            .any(|t| t.is_long_running() && t.config.legacy_policy() == LegacyPolicy::Companions)
 }
 
 /// The `tools/list` entries of the companion tools, when this client gets them.
@@ -82,7 +82,7 @@ pub async fn call(
 ) -> Result<Value, RpcError> {
     let name = tool.name();
     match (tool.is_long_running(), tool.config.legacy_policy()) {
-        (true, LegacyPolicy::Handles) => {
+        (true, LegacyPolicy::Companions) => {
             let started = gw
                 .start(caller, tool, args, Dialect::PlainHandle, None)
                 .await?;

@@ -10,11 +10,12 @@ use taskgate_engine::{RunState, Snapshot};
 
 use super::input;
 use super::task_ref::open_task;
+use super::wire::Request;
 use super::wire::{call_tool_result, task_times, Outbound, Version};
 use crate::core::config::ToolMode;
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::{Caller, Gateway, Tool};
-use crate::rpc::{Body, Params, RpcError};
+use crate::rpc::{Body, RpcError};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -146,19 +147,21 @@ impl<'a> TaskView<'a> {
     }
 }
 
-/// Handles `tasks/get`, `tasks/result` and `tasks/cancel`.
+/// Serves `tasks/get`, `tasks/result` and `tasks/cancel`.
 ///
 /// # Errors
 ///
 /// -32602 for unknown tasks (alike for every reason), cancelling a terminal task;
 /// -32603 for a failed or cancelled task's result; engine errors.
-pub async fn handle(
-    gw: &Gateway,
-    caller: &Caller,
-    out: Option<&Outbound>,
-    method: &str,
-    params: &Params,
-) -> Result<Body, RpcError> {
+pub async fn serve(req: Request<'_>) -> Result<Body, RpcError> {
+    let Request {
+        gw,
+        caller,
+        out,
+        method,
+        params,
+        ..
+    } = req;
     let (task_id, claims, tool) = open_task(gw, caller, Dialect::TasksSep1686, params)?;
     match method {
         "tasks/get" => {

@@ -8,10 +8,11 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use taskgate_engine::{log_limit, spec_hash, EngineError, LogLine, MAX_CURSOR_BYTES};
 
-use super::audit::{self, Action, Outcome};
-use super::gateway::{CoreError, Gateway, Tool};
-use super::handle::{Purpose, TaskClaims};
-use super::metrics::Refusal;
+use super::errors::CoreError;
+use super::{Gateway, Tool};
+use crate::core::audit::{self, Action, Outcome};
+use crate::core::handle::{Purpose, TaskClaims};
+use crate::core::metrics::Refusal;
 
 /// One page of a run's log, as the core hands it to dialects.
 #[derive(Debug, Clone)]
