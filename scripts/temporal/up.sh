@@ -47,6 +47,11 @@ bin_dir="$("$here/build.sh")"
 py="$("$here/python-setup.sh" | tail -n 1)"
 
 mkdir -p "$run"
+# A server started from an older build is replaced.
+if ours_running && ! cmp -s "$bin_dir/.stamp" "$run/server.stamp"; then
+    log "the running server is from another build: restarting it"
+    "$here/down.sh" >&2 || true
+fi
 if ours_running && answers; then
     log "already running (pid $(cat "$pidfile")) on 127.0.0.1:$port"
 else
@@ -65,6 +70,7 @@ else
     # Its own session, so the shell that ran up.sh exiting does not stop it.
     setsid "$bin_dir/taskgate-temporal-server" "${args[@]}" >"$logfile" 2>&1 </dev/null &
     echo $! >"$pidfile"
+    cp "$bin_dir/.stamp" "$run/server.stamp"
     deadline=$(( $(date +%s) + timeout ))
     until answers; do
         if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then

@@ -188,7 +188,7 @@ func serverConfig(o *options, sql *config.SQL) *config.Config {
 	c.Global.Membership.BroadcastAddress = o.ip
 	c.Global.Metrics = &metrics.Config{
 		Prometheus: &metrics.PrometheusConfig{
-			Framework:     "prometheus",
+			Framework:     metrics.FrameworkOpentelemetry, // read at scrape time: no reporting lag
 			ListenAddress: hostPort(o.ip, o.metricsPort),
 			HandlerPath:   "/metrics",
 		},
