@@ -32,6 +32,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, Optional
 
+import temporalio
 from google.protobuf import json_format
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +67,7 @@ from temporalio.worker import Worker  # noqa: E402
 import workflows  # noqa: E402
 
 IDENTITY = "taskgate-fixtures"
+SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.abspath(temporalio.__file__)))
 
 
 class Capture:
@@ -84,9 +86,11 @@ class Capture:
 
     def save(self, name: str, value: Any) -> None:
         path = os.path.join(self.out, name)
+        text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+        # Stack traces name files on this machine: keep them machine-independent.
+        text = text.replace(SITE_PACKAGES, "<site-packages>").replace(ROOT, "<repo>")
         with open(path, "w") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
         self.written.append(name)
 
     def save_msg(self, name: str, msg: Any) -> None:
@@ -144,6 +148,25 @@ class Capture:
             wf, args=list(args), id=self.wid(case), task_queue=self.queue, **kw
         )
 
+    async def start_raw(self, wid: str, arg: Any) -> Any:
+        try:
+            resp = await self.svc.start_workflow_execution(
+                StartWorkflowExecutionRequest(
+                    namespace=self.ns,
+                    workflow_id=wid,
+                    workflow_type=WorkflowType(name="TaskgateSucceed"),
+                    task_queue=TaskQueue(name=self.queue),
+                    input=Payloads(payloads=default_converter().payload_converter.to_payloads([arg])),
+                    identity=IDENTITY,
+                    request_id=str(uuid.uuid4()),
+                    workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+                    workflow_id_reuse_policy=WorkflowIdReusePolicy.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+                )
+            )
+            return json_format.MessageToDict(resp)
+        except RPCError as err:
+            return _rpc_error(err)
+
     async def query_raw(self, wid: str, name: str) -> Any:
         try:
             resp = await self.svc.query_workflow(
@@ -155,7 +178,7 @@ class Capture:
             )
             return json_format.MessageToDict(resp)
         except RPCError as err:
-            return {"rpcError": {"status": err.status.name, "message": err.message}}
+            return _rpc_error(err)
 
     async def update_raw(self, wid: str, update_id: str, answer: Any) -> Any:
         try:
@@ -177,7 +200,29 @@ class Capture:
             )
             return json_format.MessageToDict(resp)
         except RPCError as err:
-            return {"rpcError": {"status": err.status.name, "message": err.message}}
+            return _rpc_error(err)
+
+
+def _rpc_error(err: RPCError) -> dict:
+    """A gRPC error as the fixtures keep it: code, message and the details' types."""
+    out: dict = {"status": err.status.name, "code": int(err.status), "message": err.message}
+    try:
+        out["details"] = [
+            {"@type": d.type_url, **json_format.MessageToDict(_unpack(d))} for d in err.grpc_status.details
+        ]
+    except Exception as e:  # noqa: BLE001 - details are a bonus
+        out["detailsError"] = str(e)
+    return {"rpcError": out}
+
+
+def _unpack(any_msg: Any) -> Any:
+    from google.protobuf import symbol_database
+
+    name = any_msg.type_url.split("/")[-1]
+    cls = symbol_database.Default().GetSymbol(name)
+    msg = cls()
+    any_msg.Unpack(msg)
+    return msg
 
 
 async def until(what: str, check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
@@ -204,23 +249,14 @@ async def capture(c: Capture) -> None:
                       memo={"taskgate_args": "sha256:0f3a"})
     await until("the succeed timer", lambda: has_pending_activity_or_timer(h.id))
     await c.save_reads("succeed-running", h.id)
+    # The same id started again while it runs, conflict policy USE_EXISTING: the
+    # server answers started=false and the running run's id.
+    c.save("start-running-use-existing.start.json", await c.start_raw(h.id, {"name": "x"}))
     await h.result()
     await c.save_reads("succeed", h.id)
-    # The same id started again with USE_EXISTING: the server answers started=false.
-    resp = await c.svc.start_workflow_execution(
-        StartWorkflowExecutionRequest(
-            namespace=c.ns,
-            workflow_id=h.id,
-            workflow_type=WorkflowType(name="TaskgateSucceed"),
-            task_queue=TaskQueue(name=c.queue),
-            input=Payloads(payloads=default_converter().payload_converter.to_payloads([{"name": "x"}])),
-            identity=IDENTITY,
-            request_id=str(uuid.uuid4()),
-            workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-            workflow_id_reuse_policy=WorkflowIdReusePolicy.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-        )
-    )
-    c.save_msg("start-use-existing-closed.start.json", resp)
+    # The same id started again once it is closed, reuse policy REJECT_DUPLICATE: an
+    # ALREADY_EXISTS error (its details: WorkflowExecutionAlreadyStartedFailure).
+    c.save("start-closed-reject-duplicate.start.json", await c.start_raw(h.id, {"name": "x"}))
     # A query the workflow does not declare (it is closed: the SDK replays it to answer).
     c.save("succeed.query-unknown.json", await c.query_raw(h.id, workflows.QUERY_PROGRESS))
 
@@ -295,6 +331,9 @@ async def capture(c: Capture) -> None:
     await until("one step", lambda: progressed(1))
     c.save_msg("progress-running.describe.json", await c.describe(h.id))
     c.save("progress-running.query-progress.json", await c.query_raw(h.id, workflows.QUERY_PROGRESS))
+    # The SDK's built-in query that carries the current details (set_current_details):
+    # DescribeWorkflowExecution does not show them.
+    c.save("progress-running.query-metadata.json", await c.query_raw(h.id, "__temporal_workflow_metadata"))
     c.save("progress-running.query-input-unknown.json", await c.query_raw(h.id, workflows.QUERY_INPUT))
     if c.http:
         c.save("progress-running.http-describe.json", c.http_get(f"/workflows/{h.id}"))
@@ -361,4 +400,9 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    code = asyncio.run(main())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalisation: the SDK's native runtime can abort while it is torn
+    # down after the work is done, which would turn a good capture into a failed exit.
+    os._exit(code)

@@ -3,7 +3,8 @@
     python worker.py --address 127.0.0.1:17233 --namespace taskgate-test --task-queue q
 
 Prints "worker ready" on stdout (flushed) once it is polling; exits 0 on SIGTERM or
-SIGINT after a graceful shutdown. Needs the environment scripts/temporal/python-setup.sh
+SIGINT after a graceful shutdown, and stops by itself when the process that started it
+is gone. Needs the environment scripts/temporal/python-setup.sh
 builds.
 """
 
@@ -57,11 +58,28 @@ async def main() -> int:
         activities=workflows.ACTIVITIES,
         graceful_shutdown_timeout=timedelta(seconds=2),
     )
+    # A worker whose parent (the test that started it) died stops too, rather than
+    # polling forever: the parent changes when it is re-parented.
+    parent = os.getppid()
+
+    async def orphaned() -> None:
+        while os.getppid() == parent:
+            await asyncio.sleep(0.5)
+        print("worker: parent gone, stopping", file=sys.stderr)
+        stop.set()
+
+    watch = asyncio.create_task(orphaned())
     async with worker:
         print("worker ready", flush=True)
         await stop.wait()
+    watch.cancel()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    code = asyncio.run(main())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalisation: the SDK's native runtime can crash while it is torn
+    # down after a clean shutdown, which would turn a clean stop into a signal exit.
+    os._exit(code)
