@@ -310,6 +310,8 @@ async def capture(c: Capture) -> None:
     await c.update_raw(h.id, "u-2", {"key": "step-2", "action": "accept", "content": {"approved": True}})
     await h.result()
     c.save("ask.query-input-closed.json", await c.query_raw(h.id, workflows.QUERY_INPUT))
+    c.save("ask.update-after-close.json", await c.update_raw(
+        h.id, "u-late", {"key": "step-2", "action": "accept", "content": {"approved": True}}))
     await c.save_reads("ask", h.id)
 
     h = await c.start("declined", "TaskgateAsk", {"steps": 1})

@@ -7,7 +7,8 @@
 #   py=$(scripts/temporal/python-setup.sh | tail -n 1)
 #   "$py" tests/temporal/worker.py --address 127.0.0.1:17233 --namespace taskgate-test --task-queue q
 #
-# Concurrent runs are serialised (flock); a rerun with the same pins only checks the import.
+# Concurrent runs are serialised (flock); the stamp is written only after the SDK imports,
+# and a rerun that finds it with the same pins does nothing more.
 set -euo pipefail
 cache="${TASKGATE_CACHE:-$HOME/.cache/taskgate}"
 venv="$cache/py-temporal"
@@ -21,7 +22,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     python3 -m venv "$venv" >&2
     # shellcheck disable=SC2086
     "$venv/bin/python" -m pip install -q --disable-pip-version-check $want >&2
+    "$venv/bin/python" -c 'import temporalio.worker, temporalio.client' >&2
     printf '%s' "$want" > "$stamp"
 fi
-"$venv/bin/python" -c 'import temporalio.worker, temporalio.client' >&2
 echo "$venv/bin/python"

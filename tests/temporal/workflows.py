@@ -217,12 +217,12 @@ class Ask:
         return None
 
     @workflow.update(name=UPDATE_ANSWER)
-    async def answer(self, answer: dict) -> dict:
+    async def answer(self, answer: Any) -> dict:
         self._answer = answer
         return {"key": answer["key"], "action": answer["action"]}
 
     @answer.validator
-    def validate_answer(self, answer: dict) -> None:
+    def validate_answer(self, answer: Any) -> None:
         wrong = self._check(answer)
         if wrong:
             raise ApplicationError(wrong[1], type=wrong[0], non_retryable=True)
