@@ -207,7 +207,7 @@ func serverConfig(o *options, sql *config.SQL) *config.Config {
 				InitialFailoverVersion: 1,
 				RPCAddress:             frontend,
 				HTTPAddress:            hostPort(o.ip, o.httpPort),
-				ClusterID:              "taskgate-test-cluster",
+				ClusterID:              "3f9c2b4e-5d1a-4c7e-9a60-0d7e1b2c4a58", // any fixed UUID
 			},
 		},
 	}
