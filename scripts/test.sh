@@ -3,8 +3,8 @@
 # the real MCP client suites (Python and TypeScript SDKs), the official
 # conformance suite, and the deployment checks (container image, Helm chart).
 # Installs and starts what they need (moto, Airflow, ORY Hydra, a Kubernetes control
-# plane with kwok nodes, SDK environments) under ${TASKGATE_CACHE:-$HOME/.cache/taskgate}
-# so reruns on the same machine are fast.
+# plane with kwok nodes, a Temporal server and its Python workers, SDK environments)
+# under ${TASKGATE_CACHE:-$HOME/.cache/taskgate} so reruns on the same machine are fast.
 #
 #   scripts/test.sh            # everything
 #   TASKGATE_REQUIRE_E2E=1 scripts/test.sh   # as CI runs it: a missing emulator fails
@@ -61,6 +61,7 @@ cleanup() {
     fi
     [ -x scripts/moto/down.sh ] && scripts/moto/down.sh >/dev/null 2>&1 || true
     [ -x scripts/hydra/down.sh ] && scripts/hydra/down.sh >/dev/null 2>&1 || true
+    [ -x scripts/temporal/down.sh ] && scripts/temporal/down.sh >/dev/null 2>&1 || true
     if [ -n "${airflow_up_pid:-}" ]; then
         wait "$airflow_up_pid" 2>/dev/null || true
     fi
@@ -87,6 +88,17 @@ hydra_build_pid=""
 if [ -x scripts/hydra/install.sh ]; then
     scripts/hydra/install.sh >"$TASKGATE_CACHE/hydra-install.log" 2>&1 &
     hydra_build_pid=$!
+fi
+
+# The Temporal server (Go, from its module: a few CPU-minutes cold) and its Python
+# workers' environment likewise; the services step waits for both.
+temporal_build_pid=""
+temporal_py_pid=""
+if [ -x scripts/temporal/build.sh ]; then
+    scripts/temporal/build.sh >"$TASKGATE_CACHE/temporal-build.log" 2>&1 &
+    temporal_build_pid=$!
+    scripts/temporal/python-setup.sh >"$TASKGATE_CACHE/temporal-python-setup.log" 2>&1 &
+    temporal_py_pid=$!
 fi
 
 # Airflow installs (cold: about a minute) and starts (about a minute) alongside the
@@ -145,6 +157,28 @@ if out=$(scripts/hydra/up.sh); then
     eval "$out"
 else
     echo "hydra could not be started"
+fi
+if [ -n "$temporal_build_pid" ]; then
+    temporal_ok=1
+    if ! wait "$temporal_build_pid"; then
+        echo "building the Temporal server failed:"
+        tail -n 30 "$TASKGATE_CACHE/temporal-build.log"
+        temporal_ok=0
+    fi
+    if ! wait "$temporal_py_pid"; then
+        echo "setting up the Temporal workers' Python environment failed:"
+        tail -n 30 "$TASKGATE_CACHE/temporal-python-setup.log"
+        temporal_ok=0
+    fi
+    # up.sh exports TASKGATE_TEMPORAL_{ADDRESS,HTTP,METRICS,NAMESPACE,PYTHON,WORKER}.
+    if [ "$temporal_ok" = 1 ]; then
+        if out=$(scripts/temporal/up.sh 2>"$TASKGATE_CACHE/temporal-up.log"); then
+            eval "$out"
+        else
+            echo "the Temporal server could not be started:"
+            tail -n 30 "$TASKGATE_CACHE/temporal-up.log"
+        fi
+    fi
 fi
 if [ -n "$airflow_up_pid" ]; then
     if wait "$airflow_up_pid"; then
