@@ -9,7 +9,7 @@
 //! asks Airflow again. See `README.md` beside this crate for the settings, the tool
 //! target, the state mapping and the calls each request makes.
 
-mod client;
+mod api;
 mod config;
 mod translate;
 
@@ -22,7 +22,7 @@ use taskgate_engine::{
     NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-use client::{encode, Client};
+use api::{encode, Client};
 use config::{BoundTarget, Validated};
 pub use config::{EngineSettings, ResultXcom, ToolTarget};
 use translate::{DagRun, FailedTask, HitlDetail, HitlDetails, Observed, TaskInstances};
@@ -305,7 +305,7 @@ impl Pipeline for AirflowPipeline {
             return Ok(self.reference(&request.run_name));
         }
         if answer.status != 409 {
-            return Err(client::map_error(&answer, action::RUN_CREATE));
+            return Err(api::map_error(&answer, action::RUN_CREATE));
         }
         // A run with this id exists: the same start again, or another one.
         let existing = self.get_run(&request.run_name).await?;
@@ -471,7 +471,7 @@ impl Pipeline for AirflowPipeline {
             tracing::info!(dag_id = %self.target.dag_id, task_id, "HITL answer sent");
             return Ok(());
         }
-        Err(match client::map_error(&answer, action::HITL_EDIT) {
+        Err(match api::map_error(&answer, action::HITL_EDIT) {
             EngineError::Conflict { .. } | EngineError::NotFound => not_outstanding(),
             other => other,
         })

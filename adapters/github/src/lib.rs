@@ -8,8 +8,8 @@
 //! pending deployments) and translates the answer with the pure functions of
 //! [`translate`].
 
-mod budget;
-mod client;
+mod rate_budget;
+mod api;
 mod config;
 mod logs;
 #[cfg(feature = "testing")]
@@ -31,8 +31,8 @@ use taskgate_engine::{
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
 
-use budget::{poll_hint, Budget};
-use client::{encode, encode_path, map_error, now_epoch, Client};
+use rate_budget::{poll_hint, Budget};
+use api::{encode, encode_path, map_error, now_epoch, Client};
 use config::{BoundTarget, Validated};
 use logs::Pos;
 use translate::{DispatchResponse, WorkflowRun};
@@ -52,7 +52,7 @@ const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
 const MAX_JOBS_PER_PAGE: usize = 8;
 
 /// The `ETag` of an answer, when it has one.
-fn etag(answer: &client::Answer) -> Option<String> {
+fn etag(answer: &api::Answer) -> Option<String> {
     answer
         .headers
         .get(http::header::ETAG)
@@ -343,7 +343,7 @@ impl GithubPipeline {
         inputs: &serde_json::Map<String, Value>,
         run_details: bool,
         budget: &mut Budget,
-    ) -> Result<client::Answer, EngineError> {
+    ) -> Result<api::Answer, EngineError> {
         let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
         if run_details {
             body["return_run_details"] = json!(true);
@@ -358,7 +358,7 @@ impl GithubPipeline {
             .await
     }
 
-    fn dispatch_refused(&self, answer: &client::Answer) -> EngineError {
+    fn dispatch_refused(&self, answer: &api::Answer) -> EngineError {
         if answer.status == 404 {
             return EngineError::PermissionDenied {
                 action: "actions: write".to_owned(),

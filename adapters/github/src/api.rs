@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use taskgate_engine::{ConfigError, EngineError};
 
-use crate::budget::{rate_limited, Budget};
+use crate::rate_budget::{rate_limited, Budget};
 use crate::config::{Auth, Validated};
 
 /// One answer from GitHub, whatever its status.
