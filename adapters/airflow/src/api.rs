@@ -11,6 +11,7 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use taskgate_engine::http::Answer;
 use taskgate_engine::{ConfigError, EngineError};
 use tokio::sync::Mutex;
 
@@ -22,30 +23,13 @@ const RENEW_BEFORE: Duration = Duration::from_secs(60);
 /// The lifetime assumed for a token whose expiry cannot be read.
 const ASSUMED_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
-/// One answer from Airflow, whatever its status.
-#[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) retry_after: Option<Duration>,
-    /// Airflow's clock when it answered (the `Date` header).
-    pub(crate) date: Option<SystemTime>,
-    pub(crate) body: String,
-}
+/// Who answers, as messages name it.
+const UPSTREAM: &str = "Airflow";
 
-impl Answer {
-    pub(crate) fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
-        serde_json::from_str(&self.body).map_err(|e| EngineError::Internal {
-            message: format!(
-                "Airflow answered a body taskgate cannot read (HTTP {})",
-                self.status
-            ),
-            source: Some(Box::new(e)),
-        })
-    }
+/// Airflow's clock when it answered (the `Date` header).
+pub(crate) fn answer_date(answer: &Answer) -> Option<SystemTime> {
+    let value = answer.headers.get(reqwest::header::DATE)?.to_str().ok()?;
+    httpdate::parse_http_date(value).ok()
 }
 
 /// A token minted at the token endpoint. `Debug` never shows it.
@@ -117,37 +101,11 @@ pub(crate) fn detail(body: &str) -> String {
     }
 }
 
-/// Maps a non-2xx answer to an [`EngineError`]: 401 → permission denied for
-/// authentication, 403 → permission denied for `action`, 404 → not found, 409 →
-/// conflict, 400/422 → invalid input, 429 → throttled, 503 → throttled when Airflow
-/// says when to retry and unavailable otherwise, any other status → unavailable.
+/// Maps a non-2xx answer to an [`EngineError`] with the shared mapping
+/// ([`taskgate_engine::http::status_error`]; `action` names the Airflow permission
+/// the request needs), Airflow's `detail` being the message.
 pub(crate) fn map_error(answer: &Answer, action: &str) -> EngineError {
-    let message = detail(&answer.body);
-    match answer.status {
-        401 => EngineError::PermissionDenied {
-            action: "authentication".to_owned(),
-            message: format!("Airflow refused the credentials: {message}"),
-        },
-        403 => EngineError::PermissionDenied {
-            action: action.to_owned(),
-            message,
-        },
-        404 => EngineError::NotFound,
-        409 => EngineError::Conflict { message },
-        400 | 422 => EngineError::InvalidInput { message },
-        429 => EngineError::Throttled {
-            retry_after: answer.retry_after,
-            message: format!("Airflow is rate limiting: {message}"),
-        },
-        503 if answer.retry_after.is_some() => EngineError::Throttled {
-            retry_after: answer.retry_after,
-            message: format!("Airflow is unavailable for now: {message}"),
-        },
-        status => EngineError::Unavailable {
-            message: format!("Airflow answered HTTP {status}: {message}"),
-            source: None,
-        },
-    }
+    answer.error(action, detail(&answer.body))
 }
 
 /// A refusal that a fresh token may cure: Airflow answers 401 without a token and
@@ -155,12 +113,6 @@ pub(crate) fn map_error(answer: &Answer, action: &str) -> EngineError {
 fn token_refused(answer: &Answer) -> bool {
     answer.status == 401
         || (answer.status == 403 && detail(&answer.body).to_ascii_lowercase().contains("token"))
-}
-
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    // Airflow (and the proxies before it) send delta-seconds.
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 impl Client {
@@ -213,19 +165,14 @@ impl Client {
             )
         })?;
         let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers());
-        let date = response
-            .headers()
-            .get(reqwest::header::DATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v).ok());
+        let headers = response.headers().clone();
         let body = response.text().await.map_err(|e| {
             EngineError::unavailable("reading Airflow's answer failed", e.without_url())
         })?;
         Ok(Answer {
+            upstream: UPSTREAM,
             status,
-            retry_after,
-            date,
+            headers,
             body,
         })
     }
@@ -347,21 +294,8 @@ impl Client {
         if !answer.ok() {
             return Err(map_error(&answer, action));
         }
-        Ok((answer.json()?, answer.date))
+        Ok((answer.json()?, answer_date(&answer)))
     }
-}
-
-/// Percent-encodes `text` for a path segment or a query value.
-pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -386,9 +320,9 @@ mod tests {
         let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
         let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         Answer {
+            upstream: UPSTREAM,
             status: u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
-            retry_after: None,
-            date: None,
+            headers: reqwest::header::HeaderMap::new(),
             body: v["body"].to_string(),
         }
     }
@@ -412,9 +346,9 @@ mod tests {
             EngineError::PermissionDenied { ref action, .. } if action == "authentication"
         ));
         let forbidden = Answer {
+            upstream: UPSTREAM,
             status: 403,
-            retry_after: None,
-            date: None,
+            headers: reqwest::header::HeaderMap::new(),
             body: r#"{"detail":"Forbidden"}"#.into(),
         };
         assert!(matches!(
@@ -433,11 +367,15 @@ mod tests {
             (429, None),
             (503, Some(Duration::from_secs(3))),
         ] {
+            let mut headers = reqwest::header::HeaderMap::new();
+            if let Some(after) = after {
+                headers.insert(reqwest::header::RETRY_AFTER, after.as_secs().into());
+            }
             let e = map_error(
                 &Answer {
+                    upstream: UPSTREAM,
                     status,
-                    retry_after: after,
-                    date: None,
+                    headers,
                     body: "{}".into(),
                 },
                 "x",
@@ -450,9 +388,9 @@ mod tests {
         }
         let e = map_error(
             &Answer {
+                upstream: UPSTREAM,
                 status: 503,
-                retry_after: None,
-                date: None,
+                headers: reqwest::header::HeaderMap::new(),
                 body: "down".into(),
             },
             "x",
@@ -469,8 +407,21 @@ mod tests {
     }
 
     #[test]
-    fn encoding() {
-        assert_eq!(encode("a b/c"), "a%20b%2Fc");
-        assert_eq!(encode("tg-1.x_y"), "tg-1.x_y");
+    fn reads_airflows_clock() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::DATE,
+            "Sun, 06 Nov 1994 08:49:37 GMT".parse().unwrap(),
+        );
+        let answer = Answer {
+            upstream: UPSTREAM,
+            status: 200,
+            headers,
+            body: "{}".into(),
+        };
+        assert_eq!(
+            answer_date(&answer),
+            Some(UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
     }
 }

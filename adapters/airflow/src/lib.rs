@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use reqwest::Method;
 use serde_json::{json, Value};
+use taskgate_engine::http::percent_encode;
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
     NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-use api::{encode, Client};
+use api::Client;
 use config::{BoundTarget, Validated};
 pub use config::{EngineSettings, ResultXcom, ToolTarget};
 use translate::{DagRun, FailedTask, HitlDetail, HitlDetails, Observed, TaskInstances};
@@ -140,11 +141,11 @@ impl AirflowPipeline {
     }
 
     fn dag(&self) -> String {
-        format!("/api/v2/dags/{}", encode(&self.target.dag_id))
+        format!("/api/v2/dags/{}", percent_encode(&self.target.dag_id))
     }
 
     fn run_path(&self, run_id: &str) -> String {
-        format!("{}/dagRuns/{}", self.dag(), encode(run_id))
+        format!("{}/dagRuns/{}", self.dag(), percent_encode(run_id))
     }
 
     /// The run id of a reference to a run of this tool's DAG; anything else reads as
@@ -206,8 +207,8 @@ impl AirflowPipeline {
                 &format!(
                     "{}/taskInstances/{}/xcomEntries/{}?deserialize=true",
                     self.run_path(run_id),
-                    encode(task_id),
-                    encode(key)
+                    percent_encode(task_id),
+                    percent_encode(key)
                 ),
                 None,
                 action::XCOM_READ,
@@ -229,7 +230,7 @@ impl AirflowPipeline {
         let path = format!(
             "{}/taskInstances/{}/logs/{try_number}?map_index={map_index}",
             self.run_path(run_id),
-            encode(task_id)
+            percent_encode(task_id)
         );
         match self
             .client
@@ -444,7 +445,7 @@ impl Pipeline for AirflowPipeline {
         let path = format!(
             "{}/taskInstances/{}/{map_index}/hitlDetails",
             self.run_path(run_id),
-            encode(&task_id)
+            percent_encode(&task_id)
         );
         let (detail, now): (HitlDetail, _) = self
             .client

@@ -8,6 +8,7 @@
 
 mod env;
 mod error;
+pub mod http;
 mod layer;
 mod logs;
 mod pipeline;

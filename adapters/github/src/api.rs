@@ -8,54 +8,24 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use octocrab::Octocrab;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
+use taskgate_engine::http::Answer;
 use taskgate_engine::{ConfigError, EngineError};
 
 use crate::rate_budget::{rate_limited, Budget};
 use crate::config::{Auth, Validated};
 
-/// One answer from GitHub, whatever its status.
-#[derive(Debug)]
-pub(crate) struct Answer {
-    /// The HTTP status.
-    pub status: u16,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body, as text.
-    pub body: String,
-}
+/// Who answers, as messages name it.
+const UPSTREAM: &str = "GitHub";
 
-impl Answer {
-    /// True for 2xx.
-    #[must_use]
-    pub fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    /// The body parsed as `T`.
-    ///
-    /// # Errors
-    ///
-    /// [`EngineError::Internal`] when it does not parse.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
-        serde_json::from_str(&self.body).map_err(|e| EngineError::Internal {
-            message: format!(
-                "GitHub answered a body taskgate cannot read (HTTP {})",
-                self.status
-            ),
-            source: Some(Box::new(e)),
-        })
-    }
-
-    /// GitHub's `message`, when the body carries one.
-    #[must_use]
-    pub fn message(&self) -> String {
-        serde_json::from_str::<Value>(&self.body)
-            .ok()
-            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| self.body.chars().take(200).collect())
-    }
+/// GitHub's `message` in an answer's body, when it carries one (else the start
+/// of the body).
+#[must_use]
+pub(crate) fn message(answer: &Answer) -> String {
+    serde_json::from_str::<Value>(&answer.body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| answer.body.chars().take(200).collect())
 }
 
 /// Part of a download (a job's log).
@@ -229,6 +199,7 @@ impl Client {
             let body = self.octo.body_to_string(response).await.unwrap_or_default();
             return Err(map_error(
                 &Answer {
+                    upstream: UPSTREAM,
                     status,
                     headers,
                     body,
@@ -301,6 +272,7 @@ impl Client {
             .map_err(|e| EngineError::unavailable("reading GitHub's answer failed", e))?;
         tracing::debug!(%method, path, status, "github request");
         Ok(Answer {
+            upstream: UPSTREAM,
             status,
             headers,
             body,
@@ -331,36 +303,20 @@ impl Client {
     }
 }
 
-/// Maps a non-2xx answer to an [`EngineError`]: rate limits (403/429, see
-/// [`rate_limited`]) to `Throttled`, 401 and other 403s to `PermissionDenied`
-/// naming `permission`, 404 to `NotFound`, 409 to `Conflict`, 400/422 to
-/// `InvalidInput`, anything else to `Unavailable`.
+/// Maps a non-2xx answer to an [`EngineError`]: GitHub's rate limits (403/429, see
+/// [`rate_limited`]) to `Throttled`, waiting as GitHub says; everything else with
+/// the shared mapping ([`taskgate_engine::http::status_error`]; `permission` names
+/// the GitHub permission the request needs), GitHub's `message` being the message.
 #[must_use]
 pub(crate) fn map_error(answer: &Answer, permission: &str) -> EngineError {
-    let message = answer.message();
+    let message = message(answer);
     if let Some(retry_after) = rate_limited(answer.status, &answer.headers, &message, now_epoch()) {
         return EngineError::Throttled {
             retry_after: Some(retry_after),
             message: format!("GitHub rate limit: {message}"),
         };
     }
-    match answer.status {
-        401 => EngineError::PermissionDenied {
-            action: "authentication".to_owned(),
-            message: format!("GitHub refused the credentials: {message}"),
-        },
-        403 => EngineError::PermissionDenied {
-            action: permission.to_owned(),
-            message,
-        },
-        404 => EngineError::NotFound,
-        409 => EngineError::Conflict { message },
-        400 | 422 => EngineError::InvalidInput { message },
-        status => EngineError::Unavailable {
-            message: format!("GitHub answered HTTP {status}: {message}"),
-            source: None,
-        },
-    }
+    answer.error(permission, message)
 }
 
 fn transport_error(error: octocrab::Error) -> EngineError {
@@ -368,6 +324,7 @@ fn transport_error(error: octocrab::Error) -> EngineError {
         // Only the installation token exchange surfaces GitHub errors here.
         let headers = source.headers.clone().unwrap_or_default();
         let answer = Answer {
+            upstream: UPSTREAM,
             status: source.status_code.as_u16(),
             headers,
             body: serde_json::json!({"message": source.message}).to_string(),
@@ -375,26 +332,6 @@ fn transport_error(error: octocrab::Error) -> EngineError {
         return map_error(&answer, "GitHub App installation token");
     }
     EngineError::unavailable("GitHub could not be reached", error)
-}
-
-/// Percent-encodes `text` for a path segment or a query value.
-#[must_use]
-pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Percent-encodes a repository path, keeping its `/`.
-#[must_use]
-pub(crate) fn encode_path(path: &str) -> String {
-    path.split('/').map(encode).collect::<Vec<_>>().join("/")
 }
 
 #[cfg(test)]
@@ -407,6 +344,7 @@ mod tests {
             h.insert(*k, v.parse().unwrap());
         }
         Answer {
+            upstream: UPSTREAM,
             status,
             headers: h,
             body: body.to_owned(),
@@ -454,18 +392,5 @@ mod tests {
             map_error(&answer(401, &[], "{}"), "x"),
             EngineError::PermissionDenied { .. }
         ));
-    }
-
-    #[test]
-    fn encoding() {
-        assert_eq!(encode("feature/x y"), "feature%2Fx%20y");
-        assert_eq!(
-            encode(">=2020-01-01T00:00:00Z"),
-            "%3E%3D2020-01-01T00%3A00%3A00Z"
-        );
-        assert_eq!(
-            encode_path(".github/workflows/a b.yml"),
-            ".github/workflows/a%20b.yml"
-        );
     }
 }

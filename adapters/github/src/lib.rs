@@ -32,7 +32,8 @@ use taskgate_engine::{
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
 
 use rate_budget::{poll_hint, Budget};
-use api::{encode, encode_path, map_error, now_epoch, Client};
+use api::{map_error, now_epoch, Client};
+use taskgate_engine::http::{percent_encode, percent_encode_path, Answer};
 use config::{BoundTarget, Validated};
 use logs::Pos;
 use translate::{DispatchResponse, WorkflowRun};
@@ -52,7 +53,7 @@ const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
 const MAX_JOBS_PER_PAGE: usize = 8;
 
 /// The `ETag` of an answer, when it has one.
-fn etag(answer: &api::Answer) -> Option<String> {
+fn etag(answer: &Answer) -> Option<String> {
     answer
         .headers
         .get(http::header::ETAG)
@@ -231,7 +232,7 @@ fn iso(epoch: u64) -> String {
 
 impl GithubPipeline {
     fn repo_path(&self, owner: &str, repo: &str) -> String {
-        format!("/repos/{}/{}", encode(owner), encode(repo))
+        format!("/repos/{}/{}", percent_encode(owner), percent_encode(repo))
     }
 
     fn own_repo(&self) -> String {
@@ -242,7 +243,7 @@ impl GithubPipeline {
         format!(
             "{}/actions/workflows/{}",
             self.own_repo(),
-            encode(&self.target.workflow)
+            percent_encode(&self.target.workflow)
         )
     }
 
@@ -292,11 +293,11 @@ impl GithubPipeline {
         let mut path = format!(
             "{}/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
             self.repo_path(owner, repo),
-            encode(&self.target.workflow)
+            percent_encode(&self.target.workflow)
         );
         if let Some(since) = since {
             path.push_str("&created=");
-            path.push_str(&encode(&format!(">={}", iso(since))));
+            path.push_str(&percent_encode(&format!(">={}", iso(since))));
         }
         let list: translate::RunList = self
             .client
@@ -343,7 +344,7 @@ impl GithubPipeline {
         inputs: &serde_json::Map<String, Value>,
         run_details: bool,
         budget: &mut Budget,
-    ) -> Result<api::Answer, EngineError> {
+    ) -> Result<Answer, EngineError> {
         let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
         if run_details {
             body["return_run_details"] = json!(true);
@@ -358,7 +359,7 @@ impl GithubPipeline {
             .await
     }
 
-    fn dispatch_refused(&self, answer: &api::Answer) -> EngineError {
+    fn dispatch_refused(&self, answer: &Answer) -> EngineError {
         if answer.status == 404 {
             return EngineError::PermissionDenied {
                 action: "actions: write".to_owned(),
@@ -562,7 +563,7 @@ impl Pipeline for GithubPipeline {
                 "GitHub dispatched the run but returned no run details; set correlate = \"always\" on this tool",
             )),
             400 | 422
-                if answer.status == 400 || answer.message().contains("return_run_details") =>
+                if answer.status == 400 || api::message(&answer).contains("return_run_details") =>
             {
                 // An older server that does not know return_run_details: dispatch
                 // again without it, with the correlation input, and look the run up.
@@ -807,7 +808,7 @@ impl Pipeline for GithubPipeline {
                 return Ok(());
             }
             return Err(EngineError::Conflict {
-                message: format!("GitHub cannot cancel the run now: {}", answer.message()),
+                message: format!("GitHub cannot cancel the run now: {}", api::message(&answer)),
             });
         }
         Err(map_error(&answer, "actions: write"))
@@ -840,7 +841,7 @@ impl Pipeline for GithubPipeline {
             422 | 409 => Err(EngineError::Conflict {
                 message: format!(
                     "the deployment review is no longer outstanding: {}",
-                    answer.message()
+                    api::message(&answer)
                 ),
             }),
             _ => Err(map_error(
@@ -893,8 +894,8 @@ impl Pipeline for GithubPipeline {
                 &format!(
                     "{}/contents/{}?ref={}",
                     self.own_repo(),
-                    encode_path(path),
-                    encode(&t.git_ref)
+                    percent_encode_path(path),
+                    percent_encode(&t.git_ref)
                 ),
                 "contents: read",
                 &mut budget,
