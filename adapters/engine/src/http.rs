@@ -117,7 +117,9 @@ pub fn status_error(
             source: None,
         },
         _ => EngineError::Internal {
-            message: format!("{upstream} answered HTTP {status}, which taskgate does not expect: {message}"),
+            message: format!(
+                "{upstream} answered HTTP {status}, which taskgate does not expect: {message}"
+            ),
             source: None,
         },
     }

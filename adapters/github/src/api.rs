@@ -1,6 +1,6 @@
 //! The only module that talks to GitHub. It sends requests through octocrab's
 //! generic request methods (the typed builders lack `return_run_details` and the
-//! headers taskgate needs), records the API budget every answer reports, and maps
+//! headers taskgate needs), records the rate budget every answer reports, and maps
 //! GitHub's refusals to [`EngineError`]s in one place.
 
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use serde_json::Value;
 use taskgate_engine::http::Answer;
 use taskgate_engine::{ConfigError, EngineError};
 
-use crate::rate_budget::{rate_limited, Budget};
 use crate::config::{Auth, Validated};
+use crate::rate_budget::{rate_limited, RateBudget};
 
 /// Who answers, as messages name it.
 const UPSTREAM: &str = "GitHub";
@@ -114,7 +114,7 @@ impl Client {
     }
 
     /// Sends one request and returns GitHub's answer whatever its status, noting the
-    /// budget it reports in `budget`.
+    /// rate budget it reports in `rate budget`.
     ///
     /// # Errors
     ///
@@ -126,9 +126,9 @@ impl Client {
         method: http::Method,
         path: &str,
         body: Option<&Value>,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Answer, EngineError> {
-        self.send_with(method, path, body, None, budget).await
+        self.send_with(method, path, body, None, rate_budget).await
     }
 
     /// A `GET` with `If-None-Match: etag`: GitHub answers 304 (and spends no
@@ -142,7 +142,7 @@ impl Client {
         &self,
         path: &str,
         etag: &str,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Answer, EngineError> {
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -150,7 +150,7 @@ impl Client {
             http::HeaderValue::from_str(etag)
                 .map_err(|_| EngineError::internal("an ETag taskgate cannot send back"))?,
         );
-        self.send_with(http::Method::GET, path, None, Some(headers), budget)
+        self.send_with(http::Method::GET, path, None, Some(headers), rate_budget)
             .await
     }
 
@@ -251,7 +251,7 @@ impl Client {
         path: &str,
         body: Option<&Value>,
         headers: Option<HeaderMap>,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Answer, EngineError> {
         let response = match method {
             http::Method::GET => self.octo._get_with_headers(path, headers).await,
@@ -264,7 +264,7 @@ impl Client {
         .map_err(transport_error)?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        *budget = budget.tighter(Budget::from_headers(&headers));
+        *rate_budget = rate_budget.tighter(RateBudget::from_headers(&headers));
         let body = self
             .octo
             .body_to_string(response)
@@ -292,9 +292,9 @@ impl Client {
         path: &str,
         body: Option<&Value>,
         permission: &str,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Answer, EngineError> {
-        let answer = self.send(method, path, body, budget).await?;
+        let answer = self.send(method, path, body, rate_budget).await?;
         if answer.ok() {
             Ok(answer)
         } else {

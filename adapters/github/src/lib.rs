@@ -8,10 +8,10 @@
 //! pending deployments) and translates the answer with the pure functions of
 //! [`translate`].
 
-mod rate_budget;
 mod api;
 mod config;
 mod logs;
+mod rate_budget;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod translate;
@@ -31,11 +31,11 @@ use taskgate_engine::{
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
 
-use rate_budget::{poll_hint, Budget};
 use api::{map_error, now_epoch, Client};
-use taskgate_engine::http::{percent_encode, percent_encode_path, Answer};
 use config::{BoundTarget, Validated};
 use logs::Pos;
+use rate_budget::{poll_hint, RateBudget};
+use taskgate_engine::http::{percent_encode, percent_encode_path, Answer};
 use translate::{DispatchResponse, WorkflowRun};
 
 /// The `kind` of this engine in `[engines.NAME]`.
@@ -116,10 +116,10 @@ impl Engine for GithubEngine {
     }
 
     async fn probe(&self) -> Result<Vec<String>, EngineError> {
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let answer = self
             .client
-            .send(Method::GET, "/rate_limit", None, &mut budget)
+            .send(Method::GET, "/rate_limit", None, &mut rate_budget)
             .await?;
         if answer.status == 404 {
             return Ok(vec![format!(
@@ -134,8 +134,10 @@ impl Engine for GithubEngine {
             "{} accepts the credentials",
             self.settings.base_url
         )];
-        if let (Some(remaining), Some(limit)) = (budget.remaining, budget.limit) {
-            findings.push(format!("API budget: {remaining} of {limit} requests left"));
+        if let (Some(remaining), Some(limit)) = (rate_budget.remaining, rate_budget.limit) {
+            findings.push(format!(
+                "API rate budget: {remaining} of {limit} requests left"
+            ));
         }
         Ok(findings)
     }
@@ -288,7 +290,7 @@ impl GithubPipeline {
         repo: &str,
         run_name: &str,
         since: Option<u64>,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Option<WorkflowRun>, EngineError> {
         let mut path = format!(
             "{}/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
@@ -301,7 +303,7 @@ impl GithubPipeline {
         }
         let list: translate::RunList = self
             .client
-            .call(Method::GET, &path, None, "actions: read", budget)
+            .call(Method::GET, &path, None, "actions: read", rate_budget)
             .await?
             .json()?;
         Ok(translate::find_by_run_name(&list.workflow_runs, run_name).cloned())
@@ -312,7 +314,7 @@ impl GithubPipeline {
         &self,
         run_name: &str,
         since: u64,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<NativeRef, EngineError> {
         for attempt in 0..LOOKUPS {
             if attempt > 0 {
@@ -324,7 +326,7 @@ impl GithubPipeline {
                     &self.target.repo,
                     run_name,
                     Some(since),
-                    budget,
+                    rate_budget,
                 )
                 .await?;
             if let Some(run) = found {
@@ -343,7 +345,7 @@ impl GithubPipeline {
         &self,
         inputs: &serde_json::Map<String, Value>,
         run_details: bool,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Answer, EngineError> {
         let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
         if run_details {
@@ -354,7 +356,7 @@ impl GithubPipeline {
                 Method::POST,
                 &format!("{}/dispatches", self.workflow_path()),
                 Some(&body),
-                budget,
+                rate_budget,
             )
             .await
     }
@@ -376,7 +378,7 @@ impl GithubPipeline {
     async fn fetch(
         &self,
         r: &RunRef,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<Result<WorkflowRun, RunState>, EngineError> {
         match &r.key {
             RunKey::Id(id) => {
@@ -387,14 +389,14 @@ impl GithubPipeline {
                         &self.run_path(r, *id),
                         None,
                         "actions: read",
-                        budget,
+                        rate_budget,
                     )
                     .await?;
                 Ok(Ok(answer.json()?))
             }
             RunKey::Name { run_name, since } => {
                 let found = self
-                    .list_find(&r.owner, &r.repo, run_name, Some(*since), budget)
+                    .list_find(&r.owner, &r.repo, run_name, Some(*since), rate_budget)
                     .await?;
                 match found {
                     Some(run) => Ok(Ok(run)),
@@ -414,10 +416,14 @@ impl GithubPipeline {
         }
     }
 
-    async fn resolve_id(&self, r: &RunRef, budget: &mut Budget) -> Result<u64, EngineError> {
+    async fn resolve_id(
+        &self,
+        r: &RunRef,
+        rate_budget: &mut RateBudget,
+    ) -> Result<u64, EngineError> {
         match &r.key {
             RunKey::Id(id) => Ok(*id),
-            RunKey::Name { .. } => match self.fetch(r, budget).await? {
+            RunKey::Name { .. } => match self.fetch(r, rate_budget).await? {
                 Ok(run) => Ok(run.id),
                 Err(_) => Err(EngineError::Unavailable {
                     message: "the dispatched run is not listed by GitHub yet".to_owned(),
@@ -435,7 +441,7 @@ impl GithubPipeline {
         r: &RunRef,
         wr: WorkflowRun,
         run_tag: Option<String>,
-        mut budget: Budget,
+        mut rate_budget: RateBudget,
     ) -> Result<Snapshot, EngineError> {
         let mut calls = 1;
         let needs = translate::needs(&wr);
@@ -451,7 +457,7 @@ impl GithubPipeline {
                     &format!("{base}/jobs?per_page=100"),
                     None,
                     "actions: read",
-                    &mut budget,
+                    &mut rate_budget,
                 )
                 .await?;
             jobs_tag = etag(&answer);
@@ -464,7 +470,7 @@ impl GithubPipeline {
                 .get_json(
                     &format!("{base}/artifacts?per_page=100"),
                     "actions: read",
-                    &mut budget,
+                    &mut rate_budget,
                 )
                 .await?;
             details.artifacts = Some(list.artifacts);
@@ -475,7 +481,7 @@ impl GithubPipeline {
                 self.get_json(
                     &format!("{base}/pending_deployments"),
                     "actions: read",
-                    &mut budget,
+                    &mut rate_budget,
                 )
                 .await?,
             );
@@ -489,7 +495,7 @@ impl GithubPipeline {
             (Some(run), true, Some(jobs)) => Some(format!("{run}\n{jobs}")),
             _ => None,
         };
-        snapshot.poll_hint = poll_hint(&budget, now_epoch(), calls, self.low_budget);
+        snapshot.poll_hint = poll_hint(&rate_budget, now_epoch(), calls, self.low_budget);
         Ok(snapshot)
     }
 
@@ -497,10 +503,10 @@ impl GithubPipeline {
         &self,
         path: &str,
         permission: &str,
-        budget: &mut Budget,
+        rate_budget: &mut RateBudget,
     ) -> Result<T, EngineError> {
         self.client
-            .call(Method::GET, path, None, permission, budget)
+            .call(Method::GET, path, None, permission, rate_budget)
             .await?
             .json()
     }
@@ -531,12 +537,12 @@ impl Pipeline for GithubPipeline {
         // not return a run's inputs).
         let tag = translate::inputs_tag(&inputs);
         let correlation = Value::String(format!("{}.{tag}", request.run_name));
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         if t.correlate == Correlate::Always {
             // A retried name (a client's operation token) finds its run instead
             // of dispatching again; other arguments under it are a conflict.
             let existing = self
-                .list_find(&t.owner, &t.repo, &request.run_name, None, &mut budget)
+                .list_find(&t.owner, &t.repo, &request.run_name, None, &mut rate_budget)
                 .await?;
             if let Some(run) = existing {
                 return match translate::title_tag(&run, &request.run_name) {
@@ -549,14 +555,14 @@ impl Pipeline for GithubPipeline {
             inputs.insert(t.correlation_input.clone(), correlation.clone());
         }
         let since = now_epoch().saturating_sub(SKEW);
-        let answer = self.dispatch(&inputs, true, &mut budget).await?;
+        let answer = self.dispatch(&inputs, true, &mut rate_budget).await?;
         match answer.status {
             200 => {
                 let details: DispatchResponse = answer.json()?;
                 Ok(self.reference(RunKey::Id(details.workflow_run_id)))
             }
             204 if t.correlate == Correlate::Always => {
-                self.find_dispatched(&request.run_name, since, &mut budget)
+                self.find_dispatched(&request.run_name, since, &mut rate_budget)
                     .await
             }
             204 => Err(EngineError::internal(
@@ -569,11 +575,11 @@ impl Pipeline for GithubPipeline {
                 // again without it, with the correlation input, and look the run up.
                 tracing::info!("dispatch without run details (older server)");
                 inputs.insert(t.correlation_input.clone(), correlation);
-                let again = self.dispatch(&inputs, false, &mut budget).await?;
+                let again = self.dispatch(&inputs, false, &mut rate_budget).await?;
                 if !again.ok() {
                     return Err(self.dispatch_refused(&again));
                 }
-                self.find_dispatched(&request.run_name, since, &mut budget)
+                self.find_dispatched(&request.run_name, since, &mut rate_budget)
                     .await
             }
             _ => Err(self.dispatch_refused(&answer)),
@@ -582,7 +588,7 @@ impl Pipeline for GithubPipeline {
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         match &r.key {
             RunKey::Id(id) => {
                 let answer = self
@@ -592,19 +598,19 @@ impl Pipeline for GithubPipeline {
                         &self.run_path(&r, *id),
                         None,
                         "actions: read",
-                        &mut budget,
+                        &mut rate_budget,
                     )
                     .await?;
                 let tag = etag(&answer);
-                self.read_run(&r, answer.json()?, tag, budget).await
+                self.read_run(&r, answer.json()?, tag, rate_budget).await
             }
-            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
+            RunKey::Name { .. } => match self.fetch(&r, &mut rate_budget).await? {
                 Err(state) => {
                     let mut snapshot = Snapshot::new(state);
-                    snapshot.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+                    snapshot.poll_hint = poll_hint(&rate_budget, now_epoch(), 1, self.low_budget);
                     Ok(snapshot)
                 }
-                Ok(wr) => self.read_run(&r, wr, None, budget).await,
+                Ok(wr) => self.read_run(&r, wr, None, rate_budget).await,
             },
         }
     }
@@ -627,24 +633,28 @@ impl Pipeline for GithubPipeline {
         ) else {
             return self.read(run).await;
         };
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let path = self.run_path(&r, *id);
         let answer = self
             .client
-            .get_if_changed(&path, run_tag, &mut budget)
+            .get_if_changed(&path, run_tag, &mut rate_budget)
             .await?;
         match answer.status {
             304 => {}
             200 => {
                 let tag = etag(&answer);
-                return self.read_run(&r, answer.json()?, tag, budget).await;
+                return self.read_run(&r, answer.json()?, tag, rate_budget).await;
             }
             _ => return Err(map_error(&answer, "actions: read")),
         }
         if !jobs_tag.is_empty() {
             let jobs = self
                 .client
-                .get_if_changed(&format!("{path}/jobs?per_page=100"), jobs_tag, &mut budget)
+                .get_if_changed(
+                    &format!("{path}/jobs?per_page=100"),
+                    jobs_tag,
+                    &mut rate_budget,
+                )
                 .await?;
             match jobs.status {
                 304 => {}
@@ -653,7 +663,7 @@ impl Pipeline for GithubPipeline {
             }
         }
         let mut same = last.clone();
-        same.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+        same.poll_hint = poll_hint(&rate_budget, now_epoch(), 1, self.low_budget);
         Ok(same)
     }
 
@@ -665,10 +675,10 @@ impl Pipeline for GithubPipeline {
     ) -> Result<LogPage, EngineError> {
         let mut pos = Pos::parse(cursor)?;
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let id = match &r.key {
             RunKey::Id(id) => *id,
-            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
+            RunKey::Name { .. } => match self.fetch(&r, &mut rate_budget).await? {
                 Ok(wr) => wr.id,
                 // Not listed yet: nothing to read (or never will be).
                 Err(state) => {
@@ -685,7 +695,7 @@ impl Pipeline for GithubPipeline {
             .get_json(
                 &format!("{base}/jobs?per_page=100"),
                 "actions: read",
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         list.jobs.sort_by_key(|j| j.id);
@@ -772,7 +782,9 @@ impl Pipeline for GithubPipeline {
         }
         // Every listed job was read: nothing more comes once the run has ended.
         let complete = every_job_read && {
-            let wr: WorkflowRun = self.get_json(&base, "actions: read", &mut budget).await?;
+            let wr: WorkflowRun = self
+                .get_json(&base, "actions: read", &mut rate_budget)
+                .await?;
             wr.status.as_deref() == Some("completed")
         };
         Ok(LogPage {
@@ -784,15 +796,15 @@ impl Pipeline for GithubPipeline {
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
-        let id = self.resolve_id(&r, &mut budget).await?;
+        let mut rate_budget = RateBudget::default();
+        let id = self.resolve_id(&r, &mut rate_budget).await?;
         let answer = self
             .client
             .send(
                 Method::POST,
                 &format!("{}/cancel", self.run_path(&r, id)),
                 None,
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         if answer.ok() {
@@ -802,13 +814,16 @@ impl Pipeline for GithubPipeline {
             // GitHub refuses to cancel a run that already finished: the next read
             // reports its real final state. Any other 409 is a real conflict.
             let current: WorkflowRun = self
-                .get_json(&self.run_path(&r, id), "actions: read", &mut budget)
+                .get_json(&self.run_path(&r, id), "actions: read", &mut rate_budget)
                 .await?;
             if current.status.as_deref() == Some("completed") {
                 return Ok(());
             }
             return Err(EngineError::Conflict {
-                message: format!("GitHub cannot cancel the run now: {}", api::message(&answer)),
+                message: format!(
+                    "GitHub cannot cancel the run now: {}",
+                    api::message(&answer)
+                ),
             });
         }
         Err(map_error(&answer, "actions: write"))
@@ -825,15 +840,15 @@ impl Pipeline for GithubPipeline {
         }
         let body = translate::review_body(key, response)?;
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
-        let id = self.resolve_id(&r, &mut budget).await?;
+        let mut rate_budget = RateBudget::default();
+        let id = self.resolve_id(&r, &mut rate_budget).await?;
         let answer = self
             .client
             .send(
                 Method::POST,
                 &format!("{}/pending_deployments", self.run_path(&r, id)),
                 Some(&body),
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         match answer.status {
@@ -852,14 +867,14 @@ impl Pipeline for GithubPipeline {
     }
 
     async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let found = self
             .list_find(
                 &self.target.owner,
                 &self.target.repo,
                 run_name,
                 None,
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         Ok(found.map(|run| self.reference(RunKey::Id(run.id))))
@@ -867,9 +882,9 @@ impl Pipeline for GithubPipeline {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         let t = &self.target;
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let wf: Value = self
-            .get_json(&self.workflow_path(), "actions: read", &mut budget)
+            .get_json(&self.workflow_path(), "actions: read", &mut rate_budget)
             .await
             .map_err(|e| match e {
                 EngineError::NotFound => EngineError::InvalidInput {
@@ -898,7 +913,7 @@ impl Pipeline for GithubPipeline {
                     percent_encode(&t.git_ref)
                 ),
                 "contents: read",
-                &mut budget,
+                &mut rate_budget,
             )
             .await
             .map_err(|e| match e {

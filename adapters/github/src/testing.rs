@@ -313,7 +313,7 @@ impl Double {
         self.with(|s| s.throttle = Some(throttle));
     }
 
-    /// Sets the remaining budget reported from now on.
+    /// Sets the remaining rate budget reported from now on.
     pub fn set_budget(&self, remaining: u64, reset_in: u64) {
         self.with(|s| {
             s.remaining = remaining;
