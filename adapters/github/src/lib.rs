@@ -12,8 +12,6 @@ mod api;
 mod config;
 mod logs;
 mod rate_budget;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod translate;
 mod workflow;
 
