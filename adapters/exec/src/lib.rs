@@ -29,12 +29,12 @@
 //! unit for them) so stopping taskgate does not stop running tools.
 
 mod buffer;
-mod spool;
 mod config;
 mod folder;
 mod hold;
 mod layout;
 mod proc;
+mod spool;
 mod supervisor;
 mod translate;
 
