@@ -7,13 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
+use http::Method;
 use octocrab::Octocrab;
+use serde_json::json;
 use serde_json::Value;
-use taskgate_engine::http::Answer;
+use taskgate_engine::http::{percent_encode, Answer};
 use taskgate_engine::{ConfigError, EngineError};
+use taskgate_engine::{NativeRef, RunState, Snapshot};
 
 use crate::config::{Auth, Validated};
+use crate::rate_budget::poll_hint;
 use crate::rate_budget::{rate_limited, RateBudget};
+use crate::translate::{self, WorkflowRun};
+use crate::{GithubPipeline, RunKey, RunRef, LOOKUPS, LOST_AFTER, SKEW};
 
 /// Who answers, as messages name it.
 const UPSTREAM: &str = "GitHub";
@@ -332,6 +338,306 @@ fn transport_error(error: octocrab::Error) -> EngineError {
         return map_error(&answer, "GitHub App installation token");
     }
     EngineError::unavailable("GitHub could not be reached", error)
+}
+
+/// The `ETag` of an answer, when it has one.
+pub(crate) fn etag(answer: &Answer) -> Option<String> {
+    answer
+        .headers
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Formats seconds since the epoch as GitHub's search dates (`2020-01-22T19:33:08Z`).
+pub(crate) fn iso(epoch: u64) -> String {
+    let secs = i64::try_from(epoch).unwrap_or(0);
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The REST calls of a pipeline: paths, dispatch, the look-ups that find a
+/// dispatched run, and reading a run with its jobs.
+impl GithubPipeline {
+    pub(crate) fn repo_path(&self, owner: &str, repo: &str) -> String {
+        format!("/repos/{}/{}", percent_encode(owner), percent_encode(repo))
+    }
+
+    pub(crate) fn own_repo(&self) -> String {
+        self.repo_path(&self.target.owner, &self.target.repo)
+    }
+
+    pub(crate) fn workflow_path(&self) -> String {
+        format!(
+            "{}/actions/workflows/{}",
+            self.own_repo(),
+            percent_encode(&self.target.workflow)
+        )
+    }
+
+    pub(crate) fn run_path(&self, r: &RunRef, id: u64) -> String {
+        format!("{}/actions/runs/{id}", self.repo_path(&r.owner, &r.repo))
+    }
+
+    /// Reads a reference and checks that it names a run of this tool's
+    /// repository: a reference to any other repository (even inside a validly
+    /// sealed handle) is not found, and nothing is asked of GitHub.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] for a malformed or foreign reference.
+    pub(crate) fn own_ref(&self, native: &str) -> Result<RunRef, EngineError> {
+        let r = RunRef::parse(native)?;
+        if r.owner != self.target.owner || r.repo != self.target.repo {
+            tracing::warn!(
+                owner = %r.owner,
+                repo = %r.repo,
+                "a run reference outside the tool's repository was refused"
+            );
+            return Err(EngineError::NotFound);
+        }
+        Ok(r)
+    }
+
+    pub(crate) fn reference(&self, key: RunKey) -> NativeRef {
+        RunRef {
+            owner: self.target.owner.clone(),
+            repo: self.target.repo.clone(),
+            key,
+        }
+        .encode()
+    }
+
+    /// Lists the workflow's dispatch runs (newest first), created since `since` when
+    /// given, and returns the one whose title carries `run_name`.
+    pub(crate) async fn list_find(
+        &self,
+        owner: &str,
+        repo: &str,
+        run_name: &str,
+        since: Option<u64>,
+        rate_budget: &mut RateBudget,
+    ) -> Result<Option<WorkflowRun>, EngineError> {
+        let mut path = format!(
+            "{}/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
+            self.repo_path(owner, repo),
+            percent_encode(&self.target.workflow)
+        );
+        if let Some(since) = since {
+            path.push_str("&created=");
+            path.push_str(&percent_encode(&format!(">={}", iso(since))));
+        }
+        let list: translate::RunList = self
+            .client
+            .call(Method::GET, &path, None, "actions: read", rate_budget)
+            .await?
+            .json()?;
+        Ok(translate::find_by_run_name(&list.workflow_runs, run_name).cloned())
+    }
+
+    /// Finds the run a dispatch made, listing a few times within the request.
+    pub(crate) async fn find_dispatched(
+        &self,
+        run_name: &str,
+        since: u64,
+        rate_budget: &mut RateBudget,
+    ) -> Result<NativeRef, EngineError> {
+        for attempt in 0..LOOKUPS {
+            if attempt > 0 {
+                tokio::time::sleep(self.lookup_delay).await;
+            }
+            let found = self
+                .list_find(
+                    &self.target.owner,
+                    &self.target.repo,
+                    run_name,
+                    Some(since),
+                    rate_budget,
+                )
+                .await?;
+            if let Some(run) = found {
+                return Ok(self.reference(RunKey::Id(run.id)));
+            }
+        }
+        // Not listed yet: hand out a reference by name; reads resolve it.
+        tracing::info!("dispatched run not listed yet; the reference names it");
+        Ok(self.reference(RunKey::Name {
+            run_name: run_name.to_owned(),
+            since,
+        }))
+    }
+
+    pub(crate) async fn dispatch(
+        &self,
+        inputs: &serde_json::Map<String, Value>,
+        run_details: bool,
+        rate_budget: &mut RateBudget,
+    ) -> Result<Answer, EngineError> {
+        let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
+        if run_details {
+            body["return_run_details"] = json!(true);
+        }
+        self.client
+            .send(
+                Method::POST,
+                &format!("{}/dispatches", self.workflow_path()),
+                Some(&body),
+                rate_budget,
+            )
+            .await
+    }
+
+    pub(crate) fn dispatch_refused(&self, answer: &Answer) -> EngineError {
+        if answer.status == 404 {
+            return EngineError::PermissionDenied {
+                action: "actions: write".to_owned(),
+                message: format!(
+                    "workflow {} of {}/{} not found (GitHub answers 404 also when the token cannot see it)",
+                    self.target.workflow, self.target.owner, self.target.repo
+                ),
+            };
+        }
+        map_error(answer, "actions: write")
+    }
+
+    /// Reads the run a reference names: by id, or by name through a listing.
+    pub(crate) async fn fetch(
+        &self,
+        r: &RunRef,
+        rate_budget: &mut RateBudget,
+    ) -> Result<Result<WorkflowRun, RunState>, EngineError> {
+        match &r.key {
+            RunKey::Id(id) => {
+                let answer = self
+                    .client
+                    .call(
+                        Method::GET,
+                        &self.run_path(r, *id),
+                        None,
+                        "actions: read",
+                        rate_budget,
+                    )
+                    .await?;
+                Ok(Ok(answer.json()?))
+            }
+            RunKey::Name { run_name, since } => {
+                let found = self
+                    .list_find(&r.owner, &r.repo, run_name, Some(*since), rate_budget)
+                    .await?;
+                match found {
+                    Some(run) => Ok(Ok(run)),
+                    None if now_epoch().saturating_sub(*since) > LOST_AFTER.as_secs() + SKEW => {
+                        Ok(Err(RunState::Failed {
+                            message: format!(
+                                "the dispatched run never appeared; does the workflow put inputs.{} into its run-name?",
+                                self.target.correlation_input
+                            ),
+                        }))
+                    }
+                    None => Ok(Err(RunState::working(
+                        "dispatched, waiting for GitHub to list the run",
+                    ))),
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn resolve_id(
+        &self,
+        r: &RunRef,
+        rate_budget: &mut RateBudget,
+    ) -> Result<u64, EngineError> {
+        match &r.key {
+            RunKey::Id(id) => Ok(*id),
+            RunKey::Name { .. } => match self.fetch(r, rate_budget).await? {
+                Ok(run) => Ok(run.id),
+                Err(_) => Err(EngineError::Unavailable {
+                    message: "the dispatched run is not listed by GitHub yet".to_owned(),
+                    source: None,
+                }),
+            },
+        }
+    }
+
+    /// Reads what the run `wr` needs besides itself (jobs, artifacts, pending
+    /// deployments) and translates it all; the snapshot's revision holds the
+    /// run's `ETag` (`run_tag`) and its jobs'.
+    pub(crate) async fn read_run(
+        &self,
+        r: &RunRef,
+        wr: WorkflowRun,
+        run_tag: Option<String>,
+        mut rate_budget: RateBudget,
+    ) -> Result<Snapshot, EngineError> {
+        let mut calls = 1;
+        let needs = translate::needs(&wr);
+        let base = self.run_path(r, wr.id);
+        let mut details = translate::Details::default();
+        let mut jobs_tag = None;
+        if needs.jobs {
+            calls += 1;
+            let answer = self
+                .client
+                .call(
+                    Method::GET,
+                    &format!("{base}/jobs?per_page=100"),
+                    None,
+                    "actions: read",
+                    &mut rate_budget,
+                )
+                .await?;
+            jobs_tag = etag(&answer);
+            let jobs: translate::JobList = answer.json()?;
+            details.jobs = Some(jobs.jobs);
+        }
+        if needs.artifacts {
+            calls += 1;
+            let list: translate::ArtifactList = self
+                .get_json(
+                    &format!("{base}/artifacts?per_page=100"),
+                    "actions: read",
+                    &mut rate_budget,
+                )
+                .await?;
+            details.artifacts = Some(list.artifacts);
+        }
+        if needs.pending {
+            calls += 1;
+            details.pending = Some(
+                self.get_json(
+                    &format!("{base}/pending_deployments"),
+                    "actions: read",
+                    &mut rate_budget,
+                )
+                .await?,
+            );
+        }
+        let state = translate::translate(&wr, &details, self.target.approval.as_ref());
+        let mut snapshot = translate::snapshot(&wr, state);
+        // Both tags, or none: a change is only ruled out when every read part
+        // can be asked about.
+        snapshot.revision = match (run_tag, needs.jobs, jobs_tag) {
+            (Some(run), false, _) => Some(format!("{run}\n")),
+            (Some(run), true, Some(jobs)) => Some(format!("{run}\n{jobs}")),
+            _ => None,
+        };
+        snapshot.poll_hint = poll_hint(&rate_budget, now_epoch(), calls, self.low_budget);
+        Ok(snapshot)
+    }
+
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        permission: &str,
+        rate_budget: &mut RateBudget,
+    ) -> Result<T, EngineError> {
+        self.client
+            .call(Method::GET, path, None, permission, rate_budget)
+            .await?
+            .json()
+    }
 }
 
 #[cfg(test)]

@@ -309,7 +309,9 @@ jobs:
             suggest_input_schema(double::WORKFLOW_YAML, DEFAULT_CORRELATION_INPUT).unwrap();
         assert_eq!(schema, double::suggested_input_schema());
         assert_eq!(schema["required"], json!(["version"]));
-        assert!(compare_inputs(&schema, double::WORKFLOW_YAML, DEFAULT_CORRELATION_INPUT).is_empty());
+        assert!(
+            compare_inputs(&schema, double::WORKFLOW_YAML, DEFAULT_CORRELATION_INPUT).is_empty()
+        );
     }
 
     #[test]
