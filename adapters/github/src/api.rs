@@ -1,7 +1,8 @@
 //! The only module that talks to GitHub. It sends requests through octocrab's
 //! generic request methods (the typed builders lack `return_run_details` and the
-//! headers taskgate needs), records the rate budget every answer reports, and maps
-//! GitHub's refusals to [`EngineError`]s in one place.
+//! headers taskgate needs), records the rate budget every answer reports, maps
+//! GitHub's refusals to [`EngineError`]s in one place, and holds a pipeline's REST
+//! calls (paths, dispatch, the look-ups that find a dispatched run, reading a run).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
