@@ -17,6 +17,7 @@ mod single_flight;
 mod state;
 pub mod testing;
 
+pub use env::canonical_json;
 pub use env::{arg_env_name, arg_env_value, arguments_env};
 pub use error::{BoxError, ConfigError, EngineError};
 pub use layer::{CallLabels, CallMeter, Deadlines, ErrorLabels, ToolMeter};

@@ -14,9 +14,10 @@ use serde_json::json;
 use serde_json::Value;
 use taskgate_engine::http::{percent_encode, Answer};
 use taskgate_engine::{ConfigError, EngineError};
-use taskgate_engine::{NativeRef, RunState, Snapshot};
+use taskgate_engine::{LogLine, NativeRef, RunState, Snapshot};
 
 use crate::config::{Auth, Validated};
+use crate::logs::{self, Pos};
 use crate::rate_budget::poll_hint;
 use crate::rate_budget::{rate_limited, RateBudget};
 use crate::translate::{self, WorkflowRun};
@@ -545,21 +546,19 @@ impl GithubPipeline {
         }
     }
 
+    /// The id of run `r`; a run dispatched by name and not listed yet is
+    /// unavailable for now.
     pub(crate) async fn resolve_id(
         &self,
         r: &RunRef,
         rate_budget: &mut RateBudget,
     ) -> Result<u64, EngineError> {
-        match &r.key {
-            RunKey::Id(id) => Ok(*id),
-            RunKey::Name { .. } => match self.fetch(r, rate_budget).await? {
-                Ok(run) => Ok(run.id),
-                Err(_) => Err(EngineError::Unavailable {
-                    message: "the dispatched run is not listed by GitHub yet".to_owned(),
-                    source: None,
-                }),
-            },
-        }
+        self.listed_id(r, rate_budget)
+            .await?
+            .map_err(|_| EngineError::Unavailable {
+                message: "the dispatched run is not listed by GitHub yet".to_owned(),
+                source: None,
+            })
     }
 
     /// Reads what the run `wr` needs besides itself (jobs, artifacts, pending
@@ -638,6 +637,77 @@ impl GithubPipeline {
             .call(Method::GET, path, None, permission, rate_budget)
             .await?
             .json()
+    }
+}
+
+/// The log pages of a run: its id and the downloads of its jobs' logs.
+impl GithubPipeline {
+    /// The id of run `r`, or, while a run dispatched by name is not listed yet, the
+    /// state it reads as.
+    pub(crate) async fn listed_id(
+        &self,
+        r: &RunRef,
+        rate_budget: &mut RateBudget,
+    ) -> Result<Result<u64, RunState>, EngineError> {
+        Ok(match &r.key {
+            RunKey::Id(id) => Ok(*id),
+            RunKey::Name { .. } => self.fetch(r, rate_budget).await?.map(|wr| wr.id),
+        })
+    }
+
+    /// One download of `job`'s log from byte `offset` (after `steps` step
+    /// events) into `lines`, taking at most `room` bytes and the lines `lines`
+    /// still has room for under `limit`: where the cursor stands after it, and
+    /// whether the page may go on to the next job.
+    pub(crate) async fn job_log_piece(
+        &self,
+        r: &RunRef,
+        job: &translate::Job,
+        (steps, offset): (usize, u64),
+        room: &mut usize,
+        limit: usize,
+        lines: &mut Vec<LogLine>,
+    ) -> Result<(Pos, bool), EngineError> {
+        let path = format!(
+            "{}/actions/jobs/{}/logs",
+            self.repo_path(&r.owner, &r.repo),
+            job.id
+        );
+        let piece = match self
+            .client
+            .get_range(&path, offset, *room, "actions: read")
+            .await
+        {
+            Ok(piece) => piece,
+            Err(EngineError::NotFound) => {
+                lines.push(LogLine::note(&format!(
+                    "GitHub keeps no log of job {} (removed or past its retention)",
+                    job.name
+                )));
+                return Ok((Pos::After { job: job.id }, true));
+            }
+            Err(e) => return Err(e),
+        };
+        let full = piece.bytes.len() == *room;
+        *room -= piece.bytes.len();
+        let (got, used) = logs::split(
+            &piece.bytes,
+            offset,
+            piece.at_end,
+            full,
+            limit - lines.len(),
+            &job.name,
+        );
+        lines.extend(got);
+        if piece.at_end && used == piece.bytes.len() {
+            return Ok((Pos::After { job: job.id }, true));
+        }
+        let pos = Pos::In {
+            job: job.id,
+            steps,
+            offset: offset + used as u64,
+        };
+        Ok((pos, false))
     }
 }
 

@@ -375,19 +375,16 @@ impl Pipeline for GithubPipeline {
         let mut pos = Pos::parse(cursor)?;
         let r = self.own_ref(run)?;
         let mut rate_budget = RateBudget::default();
-        let id = match &r.key {
-            RunKey::Id(id) => *id,
-            RunKey::Name { .. } => match self.fetch(&r, &mut rate_budget).await? {
-                Ok(wr) => wr.id,
-                // Not listed yet: nothing to read (or never will be).
-                Err(state) => {
-                    return Ok(LogPage {
-                        lines: Vec::new(),
-                        cursor: pos.cursor(),
-                        complete: state.is_terminal(),
-                    })
-                }
-            },
+        let id = match self.listed_id(&r, &mut rate_budget).await? {
+            Ok(id) => id,
+            // Not listed yet: nothing to read (or never will be).
+            Err(state) => {
+                return Ok(LogPage {
+                    lines: Vec::new(),
+                    cursor: pos.cursor(),
+                    complete: state.is_terminal(),
+                })
+            }
         };
         let base = self.run_path(&r, id);
         let mut list: translate::JobList = self
@@ -436,48 +433,13 @@ impl Pipeline for GithubPipeline {
             if lines.len() >= limit || room == 0 {
                 break;
             }
-            let path = format!(
-                "{}/actions/jobs/{}/logs",
-                self.repo_path(&r.owner, &r.repo),
-                job.id
-            );
-            let piece = match self
-                .client
-                .get_range(&path, offset, room, "actions: read")
-                .await
-            {
-                Ok(piece) => piece,
-                Err(EngineError::NotFound) => {
-                    lines.push(LogLine::note(&format!(
-                        "GitHub keeps no log of job {} (removed or past its retention)",
-                        job.name
-                    )));
-                    pos = Pos::After { job: job.id };
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let full = piece.bytes.len() == room;
-            room -= piece.bytes.len();
-            let (got, used) = logs::split(
-                &piece.bytes,
-                offset,
-                piece.at_end,
-                full,
-                limit - lines.len(),
-                &job.name,
-            );
-            lines.extend(got);
-            if piece.at_end && used == piece.bytes.len() {
-                pos = Pos::After { job: job.id };
-                continue;
+            let (next, go_on) = self
+                .job_log_piece(&r, job, (steps, offset), &mut room, limit, &mut lines)
+                .await?;
+            pos = next;
+            if !go_on {
+                break;
             }
-            pos = Pos::In {
-                job: job.id,
-                steps,
-                offset: offset + used as u64,
-            };
-            break;
         }
         // Every listed job was read: nothing more comes once the run has ended.
         let complete = every_job_read && {

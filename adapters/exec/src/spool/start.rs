@@ -24,24 +24,12 @@ use crate::translate::{translate, Translation};
 pub(crate) fn args_hash(tool: &str, arguments: &Value) -> String {
     let mut bytes = tool.as_bytes().to_vec();
     bytes.push(0);
-    bytes.extend(canonical(arguments).to_string().into_bytes());
+    bytes.extend(
+        taskgate_engine::canonical_json(arguments)
+            .to_string()
+            .into_bytes(),
+    );
     spec_hash(&bytes)
-}
-
-pub(super) fn canonical(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<_> = map.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), canonical(&map[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
 }
 
 /// `TASKGATE_ARG_<NAME>` for each top-level argument, by the one mapping of
