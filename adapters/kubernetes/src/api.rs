@@ -365,8 +365,7 @@ fn map_status(action: &str, status: &Status) -> EngineError {
         .map(|d| d.retry_after_seconds)
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(u64::from(s)));
-    let code = u16::try_from(status.code).unwrap_or(0);
-    status_error(UPSTREAM, code, action, message, retry_after)
+    status_error(UPSTREAM, status.code, action, message, retry_after)
 }
 
 #[cfg(test)]
