@@ -86,10 +86,7 @@ pub fn suggested_input_schema() -> Value {
 /// When the file is missing or not JSON.
 pub fn fixture(name: &str) -> Value {
     // The engine crate's fixtures, beside this crate.
-    let path = format!(
-        "{}/../tests/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
