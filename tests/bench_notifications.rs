@@ -159,7 +159,7 @@ async fn upstream_calls_watched_vs_polled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 async fn github_requests_and_budget_watched_vs_polled() {
-    use taskgate_github::testing::{Double, OWNER, REF, REPO, TOKEN, WORKFLOW};
+    use taskgate_github_double::{Double, OWNER, REF, REPO, TOKEN, WORKFLOW};
     let d = Double::start().await;
     let body = format!(
         "[engines.gh]\nkind = \"github\"\ntoken_env = \"BENCH_GITHUB_TOKEN\"\nbase_url = \"{}\"\n\n{}",

@@ -1,5 +1,5 @@
 //! The GitHub Actions engine through the server binary: the GitHub double
-//! (`taskgate_github::testing`, payloads from GitHub's published examples, every
+//! (`taskgate_github_double`, payloads from GitHub's published examples, every
 //! request checked) on a loopback port, a config whose engine's `base_url` points
 //! at it, `taskgate serve`, and MCP clients over HTTP — 2026-07-28 with the tasks
 //! extension, 2025-11-25 tasks, and SEP-1391 operations. Each test drives the
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{more_fields, tool_entry, wait_for, Client, Legacy, Server, Setup};
 use serde_json::{json, Value};
-use taskgate_github::testing::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
+use taskgate_github_double::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const TOKEN_VAR: &str = "TASKGATE_E2E_GITHUB_TOKEN";
@@ -518,7 +518,7 @@ async fn tasks_2025_result_blocks_until_the_run_finishes() {
 /// A job of GitHub's published example with the given id, name, status and
 /// steps (`(status, conclusion)` each).
 fn job(id: u64, name: &str, status: &str, steps: &[(&str, Option<&str>)]) -> Value {
-    let mut j = taskgate_github::testing::fixture("job-paginated.json")["jobs"][0].clone();
+    let mut j = taskgate_github_double::fixture("job-paginated.json")["jobs"][0].clone();
     j["id"] = json!(id);
     j["name"] = json!(name);
     j["status"] = json!(status);

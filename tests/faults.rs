@@ -36,7 +36,7 @@ use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
 use common::{tool_entry, wait_for, Client, Legacy, Mode, Options, Reply, Server, Setup, TcpProxy};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
-use taskgate_github::testing::{Double, Fault, OWNER, REF, REPO, TOKEN, WORKFLOW};
+use taskgate_github_double::{Double, Fault, OWNER, REF, REPO, TOKEN, WORKFLOW};
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The short per-call deadline of the hang tests.

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 use taskgate::core::handle::{unix_ms, Dialect, Keyring, Purpose, TaskClaims};
-use taskgate_github::testing::{Double, OWNER, REF, REPO, TOKEN, WORKFLOW};
+use taskgate_github_double::{Double, OWNER, REF, REPO, TOKEN, WORKFLOW};
 
 use crate::common::{more_fields, tool_entry, Bearer, Options, Setup, KEY_SECRET};
 

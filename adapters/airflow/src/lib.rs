@@ -9,7 +9,7 @@
 //! asks Airflow again. See `README.md` beside this crate for the settings, the tool
 //! target, the state mapping and the calls each request makes.
 
-mod client;
+mod api;
 mod config;
 mod translate;
 
@@ -17,22 +17,23 @@ use std::sync::Arc;
 
 use reqwest::Method;
 use serde_json::{json, Value};
+use taskgate_engine::http::percent_encode;
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
     NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-use client::{encode, Client};
+use api::{action, Client};
 use config::{BoundTarget, Validated};
 pub use config::{EngineSettings, ResultXcom, ToolTarget};
-use translate::{DagRun, FailedTask, HitlDetail, HitlDetails, Observed, TaskInstances};
+use translate::{FailedTask, HitlDetail, Observed};
 pub use translate::{CANCEL_NOTE, OPTIONS_FIELD, OPTION_FIELD};
 
 /// The `kind` of this engine in `[engines.NAME]`.
 pub const KIND: &str = "airflow";
 
 /// The most task instances one read lists (Airflow's default page limit).
-const TASK_PAGE: u32 = 100;
+pub(crate) const TASK_PAGE: u32 = 100;
 
 /// Builds the engine from its `[engines.NAME]` table (without `kind`). Reads the
 /// password or token; makes no request.
@@ -117,159 +118,6 @@ pub struct AirflowPipeline {
     input_schema: Value,
 }
 
-/// The Airflow permissions (as Airflow's auth managers name resources) each request
-/// needs, for permission errors.
-mod action {
-    pub(crate) const DAG_READ: &str = "DAGs: read";
-    pub(crate) const RUN_CREATE: &str = "DAG Runs: create";
-    pub(crate) const RUN_READ: &str = "DAG Runs: read";
-    pub(crate) const RUN_EDIT: &str = "DAG Runs: edit";
-    pub(crate) const TI_READ: &str = "Task Instances: read";
-    pub(crate) const LOG_READ: &str = "Task Logs: read";
-    pub(crate) const XCOM_READ: &str = "XComs: read";
-    pub(crate) const HITL_READ: &str = "HITL Detail: read";
-    pub(crate) const HITL_EDIT: &str = "HITL Detail: edit";
-}
-
-impl AirflowPipeline {
-    /// How many HTTP requests this pipeline's engine has sent so far (all its
-    /// pipelines share one client), token requests included.
-    #[must_use]
-    pub fn api_calls(&self) -> u64 {
-        self.client.calls()
-    }
-
-    fn dag(&self) -> String {
-        format!("/api/v2/dags/{}", encode(&self.target.dag_id))
-    }
-
-    fn run_path(&self, run_id: &str) -> String {
-        format!("{}/dagRuns/{}", self.dag(), encode(run_id))
-    }
-
-    /// The run id of a reference to a run of this tool's DAG; anything else reads as
-    /// not found.
-    fn own<'a>(&self, run: &'a NativeRef) -> Result<&'a str, EngineError> {
-        let (dag, run_id) = run.split_once('/').ok_or(EngineError::NotFound)?;
-        if dag != self.target.dag_id || run_id.is_empty() {
-            return Err(EngineError::NotFound);
-        }
-        Ok(run_id)
-    }
-
-    fn reference(&self, run_id: &str) -> NativeRef {
-        format!("{}/{run_id}", self.target.dag_id)
-    }
-
-    async fn get_run(&self, run_id: &str) -> Result<DagRun, EngineError> {
-        self.client
-            .call(Method::GET, &self.run_path(run_id), None, action::RUN_READ)
-            .await
-    }
-
-    async fn tasks(&self, run_id: &str) -> Result<TaskInstances, EngineError> {
-        self.client
-            .call(
-                Method::GET,
-                &format!("{}/taskInstances?limit={TASK_PAGE}", self.run_path(run_id)),
-                None,
-                action::TI_READ,
-            )
-            .await
-    }
-
-    /// The unanswered HITL questions of a run, and Airflow's clock.
-    async fn questions(
-        &self,
-        run_id: &str,
-    ) -> Result<(Vec<HitlDetail>, Option<std::time::SystemTime>), EngineError> {
-        let (list, now): (HitlDetails, _) = self
-            .client
-            .call_dated(
-                Method::GET,
-                &format!(
-                    "{}/hitlDetails?response_received=false",
-                    self.run_path(run_id)
-                ),
-                None,
-                action::HITL_READ,
-            )
-            .await?;
-        Ok((list.hitl_details, now))
-    }
-
-    async fn xcom(&self, run_id: &str, task_id: &str, key: &str) -> Result<Value, EngineError> {
-        let entry: Value = self
-            .client
-            .call(
-                Method::GET,
-                &format!(
-                    "{}/taskInstances/{}/xcomEntries/{}?deserialize=true",
-                    self.run_path(run_id),
-                    encode(task_id),
-                    encode(key)
-                ),
-                None,
-                action::XCOM_READ,
-            )
-            .await?;
-        Ok(entry.get("value").cloned().unwrap_or(Value::Null))
-    }
-
-    async fn log_tail(
-        &self,
-        run_id: &str,
-        task_id: &str,
-        map_index: i64,
-        try_number: u64,
-    ) -> Vec<String> {
-        if self.target.log_lines == 0 {
-            return Vec::new();
-        }
-        let path = format!(
-            "{}/taskInstances/{}/logs/{try_number}?map_index={map_index}",
-            self.run_path(run_id),
-            encode(task_id)
-        );
-        match self
-            .client
-            .call::<Value>(Method::GET, &path, None, action::LOG_READ)
-            .await
-        {
-            Ok(log) => translate::log_tail(&log, self.target.log_lines),
-            Err(e) => {
-                // The failure is reported without its log rather than not at all.
-                tracing::warn!(dag_id = %self.target.dag_id, task_id, error = %e, "cannot read the failed task's log");
-                vec![format!("(the log could not be read: {e})")]
-            }
-        }
-    }
-
-    /// Checks that the DAG exists and is not paused, so a trigger never queues a run
-    /// that would wait silently.
-    async fn dag_ready(&self) -> Result<(), EngineError> {
-        let dag: Value = self
-            .client
-            .call(Method::GET, &self.dag(), None, action::DAG_READ)
-            .await
-            .map_err(|e| match e {
-                EngineError::NotFound => EngineError::InvalidInput {
-                    message: format!("Airflow has no DAG {:?}", self.target.dag_id),
-                },
-                other => other,
-            })?;
-        if dag.get("is_paused").and_then(Value::as_bool) == Some(true) {
-            return Err(EngineError::InvalidInput {
-                message: format!(
-                    "the DAG {:?} is paused: a run would wait until it is unpaused, so taskgate does not trigger one",
-                    self.target.dag_id
-                ),
-            });
-        }
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Pipeline for AirflowPipeline {
     fn capabilities(&self) -> Capabilities {
@@ -305,7 +153,7 @@ impl Pipeline for AirflowPipeline {
             return Ok(self.reference(&request.run_name));
         }
         if answer.status != 409 {
-            return Err(client::map_error(&answer, action::RUN_CREATE));
+            return Err(api::map_error(&answer, action::RUN_CREATE));
         }
         // A run with this id exists: the same start again, or another one.
         let existing = self.get_run(&request.run_name).await?;
@@ -444,7 +292,7 @@ impl Pipeline for AirflowPipeline {
         let path = format!(
             "{}/taskInstances/{}/{map_index}/hitlDetails",
             self.run_path(run_id),
-            encode(&task_id)
+            percent_encode(&task_id)
         );
         let (detail, now): (HitlDetail, _) = self
             .client
@@ -471,7 +319,7 @@ impl Pipeline for AirflowPipeline {
             tracing::info!(dag_id = %self.target.dag_id, task_id, "HITL answer sent");
             return Ok(());
         }
-        Err(match client::map_error(&answer, action::HITL_EDIT) {
+        Err(match api::map_error(&answer, action::HITL_EDIT) {
             EngineError::Conflict { .. } | EngineError::NotFound => not_outstanding(),
             other => other,
         })

@@ -44,19 +44,21 @@ pub fn arg_env_value(value: &Value) -> String {
         Value::Null => String::new(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
-        Value::Array(_) | Value::Object(_) => sorted(value).to_string(),
+        Value::Array(_) | Value::Object(_) => canonical_json(value).to_string(),
     }
 }
 
-/// `value` with every object's keys sorted, whatever order they came in.
-fn sorted(value: &Value) -> Value {
+/// `value` with every object's keys sorted, whatever order they came in: equal
+/// arguments render (and hash) equally whatever order the client sent them in.
+#[must_use]
+pub fn canonical_json(value: &Value) -> Value {
     match value {
         Value::Object(map) => {
             let by_key: BTreeMap<&String, Value> =
-                map.iter().map(|(k, v)| (k, sorted(v))).collect();
+                map.iter().map(|(k, v)| (k, canonical_json(v))).collect();
             Value::Object(by_key.into_iter().map(|(k, v)| (k.clone(), v)).collect())
         }
-        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(canonical_json).collect()),
         other => other.clone(),
     }
 }

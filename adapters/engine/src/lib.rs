@@ -6,7 +6,8 @@
 //! state into the one canonical [`RunState`]. This crate holds those traits, the
 //! run state and snapshot types, the typed [`EngineError`] and [`ConfigError`],
 //! log pages and their bounds, [`arguments_env`] (the one mapping from a tool's
-//! arguments to environment variables) and [`testing`] (helpers every engine's
+//! arguments to environment variables), [`http`] (the one mapping from an HTTP
+//! status to an [`EngineError`], percent-encoding, the shared `Answer`) and [`testing`] (helpers every engine's
 //! tests use). It does no I/O of its own: translation lives in pure functions in
 //! each engine crate. The server talks to engines only through these traits,
 //! and wraps every pipeline in its own layers (deadlines, retried cancels,
@@ -15,11 +16,13 @@
 
 mod env;
 mod error;
+pub mod http;
 mod logs;
 mod pipeline;
 mod state;
 pub mod testing;
 
+pub use env::canonical_json;
 pub use env::{arg_env_name, arg_env_value, arguments_env};
 pub use error::{BoxError, ConfigError, EngineError};
 pub use logs::{

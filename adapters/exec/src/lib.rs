@@ -29,12 +29,12 @@
 //! unit for them) so stopping taskgate does not stop running tools.
 
 mod buffer;
-mod client;
 mod config;
 mod folder;
 mod hold;
 mod layout;
 mod proc;
+mod spool;
 mod supervisor;
 mod translate;
 
@@ -49,7 +49,7 @@ use taskgate_engine::{
 pub use config::{EngineSettings, ToolTarget};
 pub use supervisor::supervise_main;
 
-use client::{map_error, Action, Launch, Spool};
+use spool::{map_error, Action, Launch, Spool};
 
 /// The `kind` of this engine in `[engines.NAME]`.
 pub const KIND: &str = "exec";
@@ -79,7 +79,7 @@ pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, Confi
         |name| std::env::var(name).ok(),
         || std::env::current_exe().ok(),
     )?;
-    if let Some(problem) = client::spool_dir_problem(&settings.spool_dir) {
+    if let Some(problem) = spool::spool_dir_problem(&settings.spool_dir) {
         return Err(ConfigError::new("spool_dir", problem));
     }
     Ok(Arc::new(ExecEngine {
@@ -151,7 +151,7 @@ impl Engine for ExecEngine {
     /// 256 of them; a live run is never removed.
     async fn tidy(&self) -> Vec<String> {
         let spool = self.spool.clone();
-        let swept = blocking(move || Ok(spool.sweep(client::SWEEP_AT_SERVE))).await;
+        let swept = blocking(move || Ok(spool.sweep(spool::SWEEP_AT_SERVE))).await;
         match swept {
             Ok(s) if s.removed > 0 => vec![format!(
                 "exec spool: {} of {} runs looked at were past their retention and removed",

@@ -1,6 +1,6 @@
 //! Pure translation of a spool folder into the canonical [`RunState`].
 //!
-//! [`crate::client`] reads the folder and asks the kernel whether the recorded
+//! [`crate::spool`] reads the folder and asks the kernel whether the recorded
 //! processes still run; everything that follows from those facts is decided
 //! here, without I/O, and table-tested.
 

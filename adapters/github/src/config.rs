@@ -47,9 +47,9 @@ pub struct EngineSettings {
     /// `https://HOST/api/v3`.
     #[serde(default)]
     pub base_url: Option<String>,
-    /// When the remaining API budget (`x-ratelimit-remaining`) falls below this many
+    /// When the remaining rate budget (`x-ratelimit-remaining`) falls below this many
     /// requests, snapshots ask clients to poll less often, spreading the remaining
-    /// budget until the budget resets. Default: 10% of the limit.
+    /// requests until the window resets. Default: 10% of the limit.
     #[serde(default)]
     pub low_budget: Option<u64>,
     /// How long to wait between the listings that look for a run after a dispatch

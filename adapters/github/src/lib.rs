@@ -8,12 +8,10 @@
 //! pending deployments) and translates the answer with the pure functions of
 //! [`translate`].
 
-mod budget;
-mod client;
+mod api;
 mod config;
 mod logs;
-#[cfg(feature = "testing")]
-pub mod testing;
+mod rate_budget;
 mod translate;
 mod workflow;
 
@@ -22,19 +20,19 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use http::Method;
-use serde_json::{json, Value};
+use serde_json::Value;
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
-    LogLine, LogPage, NativeRef, Pipeline, RunState, Snapshot, StartRequest, ToolDecl,
-    MAX_PAGE_BYTES,
+    LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
 };
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
 
-use budget::{poll_hint, Budget};
-use client::{encode, encode_path, map_error, now_epoch, Client};
+use api::{etag, map_error, now_epoch, Client};
 use config::{BoundTarget, Validated};
 use logs::Pos;
+use rate_budget::{poll_hint, RateBudget};
+use taskgate_engine::http::{percent_encode, percent_encode_path};
 use translate::{DispatchResponse, WorkflowRun};
 
 /// The `kind` of this engine in `[engines.NAME]`.
@@ -42,26 +40,17 @@ pub const KIND: &str = "github";
 
 /// How many listings a start makes, at most, looking for a run a dispatch could not
 /// return.
-const LOOKUPS: u32 = 3;
+pub(crate) const LOOKUPS: u32 = 3;
 
 /// How long after its dispatch a run that cannot be found by its name is given up
 /// as lost.
-const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
+pub(crate) const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// The most jobs one page of logs visits.
 const MAX_JOBS_PER_PAGE: usize = 8;
 
-/// The `ETag` of an answer, when it has one.
-fn etag(answer: &client::Answer) -> Option<String> {
-    answer
-        .headers
-        .get(http::header::ETAG)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 /// How far back a run listing reaches before the dispatch, against clock skew.
-const SKEW: u64 = 120;
+pub(crate) const SKEW: u64 = 120;
 
 /// Builds the engine from its `[engines.NAME]` table (without `kind`). Reads the
 /// token or private key; makes no request.
@@ -115,10 +104,10 @@ impl Engine for GithubEngine {
     }
 
     async fn probe(&self) -> Result<Vec<String>, EngineError> {
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let answer = self
             .client
-            .send(Method::GET, "/rate_limit", None, &mut budget)
+            .send(Method::GET, "/rate_limit", None, &mut rate_budget)
             .await?;
         if answer.status == 404 {
             return Ok(vec![format!(
@@ -133,8 +122,10 @@ impl Engine for GithubEngine {
             "{} accepts the credentials",
             self.settings.base_url
         )];
-        if let (Some(remaining), Some(limit)) = (budget.remaining, budget.limit) {
-            findings.push(format!("API budget: {remaining} of {limit} requests left"));
+        if let (Some(remaining), Some(limit)) = (rate_budget.remaining, rate_budget.limit) {
+            findings.push(format!(
+                "API rate budget: {remaining} of {limit} requests left"
+            ));
         }
         Ok(findings)
     }
@@ -220,291 +211,6 @@ impl RunRef {
     }
 }
 
-/// Formats seconds since the epoch as GitHub's search dates (`2020-01-22T19:33:08Z`).
-fn iso(epoch: u64) -> String {
-    let secs = i64::try_from(epoch).unwrap_or(0);
-    chrono::DateTime::from_timestamp(secs, 0)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-impl GithubPipeline {
-    fn repo_path(&self, owner: &str, repo: &str) -> String {
-        format!("/repos/{}/{}", encode(owner), encode(repo))
-    }
-
-    fn own_repo(&self) -> String {
-        self.repo_path(&self.target.owner, &self.target.repo)
-    }
-
-    fn workflow_path(&self) -> String {
-        format!(
-            "{}/actions/workflows/{}",
-            self.own_repo(),
-            encode(&self.target.workflow)
-        )
-    }
-
-    fn run_path(&self, r: &RunRef, id: u64) -> String {
-        format!("{}/actions/runs/{id}", self.repo_path(&r.owner, &r.repo))
-    }
-
-    /// Reads a reference and checks that it names a run of this tool's
-    /// repository: a reference to any other repository (even inside a validly
-    /// sealed handle) is not found, and nothing is asked of GitHub.
-    ///
-    /// # Errors
-    ///
-    /// [`EngineError::NotFound`] for a malformed or foreign reference.
-    fn own_ref(&self, native: &str) -> Result<RunRef, EngineError> {
-        let r = RunRef::parse(native)?;
-        if r.owner != self.target.owner || r.repo != self.target.repo {
-            tracing::warn!(
-                owner = %r.owner,
-                repo = %r.repo,
-                "a run reference outside the tool's repository was refused"
-            );
-            return Err(EngineError::NotFound);
-        }
-        Ok(r)
-    }
-
-    fn reference(&self, key: RunKey) -> NativeRef {
-        RunRef {
-            owner: self.target.owner.clone(),
-            repo: self.target.repo.clone(),
-            key,
-        }
-        .encode()
-    }
-
-    /// Lists the workflow's dispatch runs (newest first), created since `since` when
-    /// given, and returns the one whose title carries `run_name`.
-    async fn list_find(
-        &self,
-        owner: &str,
-        repo: &str,
-        run_name: &str,
-        since: Option<u64>,
-        budget: &mut Budget,
-    ) -> Result<Option<WorkflowRun>, EngineError> {
-        let mut path = format!(
-            "{}/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
-            self.repo_path(owner, repo),
-            encode(&self.target.workflow)
-        );
-        if let Some(since) = since {
-            path.push_str("&created=");
-            path.push_str(&encode(&format!(">={}", iso(since))));
-        }
-        let list: translate::RunList = self
-            .client
-            .call(Method::GET, &path, None, "actions: read", budget)
-            .await?
-            .json()?;
-        Ok(translate::find_by_run_name(&list.workflow_runs, run_name).cloned())
-    }
-
-    /// Finds the run a dispatch made, listing a few times within the request.
-    async fn find_dispatched(
-        &self,
-        run_name: &str,
-        since: u64,
-        budget: &mut Budget,
-    ) -> Result<NativeRef, EngineError> {
-        for attempt in 0..LOOKUPS {
-            if attempt > 0 {
-                tokio::time::sleep(self.lookup_delay).await;
-            }
-            let found = self
-                .list_find(
-                    &self.target.owner,
-                    &self.target.repo,
-                    run_name,
-                    Some(since),
-                    budget,
-                )
-                .await?;
-            if let Some(run) = found {
-                return Ok(self.reference(RunKey::Id(run.id)));
-            }
-        }
-        // Not listed yet: hand out a reference by name; reads resolve it.
-        tracing::info!("dispatched run not listed yet; the reference names it");
-        Ok(self.reference(RunKey::Name {
-            run_name: run_name.to_owned(),
-            since,
-        }))
-    }
-
-    async fn dispatch(
-        &self,
-        inputs: &serde_json::Map<String, Value>,
-        run_details: bool,
-        budget: &mut Budget,
-    ) -> Result<client::Answer, EngineError> {
-        let mut body = json!({"ref": self.target.git_ref, "inputs": inputs});
-        if run_details {
-            body["return_run_details"] = json!(true);
-        }
-        self.client
-            .send(
-                Method::POST,
-                &format!("{}/dispatches", self.workflow_path()),
-                Some(&body),
-                budget,
-            )
-            .await
-    }
-
-    fn dispatch_refused(&self, answer: &client::Answer) -> EngineError {
-        if answer.status == 404 {
-            return EngineError::PermissionDenied {
-                action: "actions: write".to_owned(),
-                message: format!(
-                    "workflow {} of {}/{} not found (GitHub answers 404 also when the token cannot see it)",
-                    self.target.workflow, self.target.owner, self.target.repo
-                ),
-            };
-        }
-        map_error(answer, "actions: write")
-    }
-
-    /// Reads the run a reference names: by id, or by name through a listing.
-    async fn fetch(
-        &self,
-        r: &RunRef,
-        budget: &mut Budget,
-    ) -> Result<Result<WorkflowRun, RunState>, EngineError> {
-        match &r.key {
-            RunKey::Id(id) => {
-                let answer = self
-                    .client
-                    .call(
-                        Method::GET,
-                        &self.run_path(r, *id),
-                        None,
-                        "actions: read",
-                        budget,
-                    )
-                    .await?;
-                Ok(Ok(answer.json()?))
-            }
-            RunKey::Name { run_name, since } => {
-                let found = self
-                    .list_find(&r.owner, &r.repo, run_name, Some(*since), budget)
-                    .await?;
-                match found {
-                    Some(run) => Ok(Ok(run)),
-                    None if now_epoch().saturating_sub(*since) > LOST_AFTER.as_secs() + SKEW => {
-                        Ok(Err(RunState::Failed {
-                            message: format!(
-                                "the dispatched run never appeared; does the workflow put inputs.{} into its run-name?",
-                                self.target.correlation_input
-                            ),
-                        }))
-                    }
-                    None => Ok(Err(RunState::working(
-                        "dispatched, waiting for GitHub to list the run",
-                    ))),
-                }
-            }
-        }
-    }
-
-    async fn resolve_id(&self, r: &RunRef, budget: &mut Budget) -> Result<u64, EngineError> {
-        match &r.key {
-            RunKey::Id(id) => Ok(*id),
-            RunKey::Name { .. } => match self.fetch(r, budget).await? {
-                Ok(run) => Ok(run.id),
-                Err(_) => Err(EngineError::Unavailable {
-                    message: "the dispatched run is not listed by GitHub yet".to_owned(),
-                    source: None,
-                }),
-            },
-        }
-    }
-
-    /// Reads what the run `wr` needs besides itself (jobs, artifacts, pending
-    /// deployments) and translates it all; the snapshot's revision holds the
-    /// run's `ETag` (`run_tag`) and its jobs'.
-    async fn read_run(
-        &self,
-        r: &RunRef,
-        wr: WorkflowRun,
-        run_tag: Option<String>,
-        mut budget: Budget,
-    ) -> Result<Snapshot, EngineError> {
-        let mut calls = 1;
-        let needs = translate::needs(&wr);
-        let base = self.run_path(r, wr.id);
-        let mut details = translate::Details::default();
-        let mut jobs_tag = None;
-        if needs.jobs {
-            calls += 1;
-            let answer = self
-                .client
-                .call(
-                    Method::GET,
-                    &format!("{base}/jobs?per_page=100"),
-                    None,
-                    "actions: read",
-                    &mut budget,
-                )
-                .await?;
-            jobs_tag = etag(&answer);
-            let jobs: translate::JobList = answer.json()?;
-            details.jobs = Some(jobs.jobs);
-        }
-        if needs.artifacts {
-            calls += 1;
-            let list: translate::ArtifactList = self
-                .get_json(
-                    &format!("{base}/artifacts?per_page=100"),
-                    "actions: read",
-                    &mut budget,
-                )
-                .await?;
-            details.artifacts = Some(list.artifacts);
-        }
-        if needs.pending {
-            calls += 1;
-            details.pending = Some(
-                self.get_json(
-                    &format!("{base}/pending_deployments"),
-                    "actions: read",
-                    &mut budget,
-                )
-                .await?,
-            );
-        }
-        let state = translate::translate(&wr, &details, self.target.approval.as_ref());
-        let mut snapshot = translate::snapshot(&wr, state);
-        // Both tags, or none: a change is only ruled out when every read part
-        // can be asked about.
-        snapshot.revision = match (run_tag, needs.jobs, jobs_tag) {
-            (Some(run), false, _) => Some(format!("{run}\n")),
-            (Some(run), true, Some(jobs)) => Some(format!("{run}\n{jobs}")),
-            _ => None,
-        };
-        snapshot.poll_hint = poll_hint(&budget, now_epoch(), calls, self.low_budget);
-        Ok(snapshot)
-    }
-
-    async fn get_json<T: serde::de::DeserializeOwned>(
-        &self,
-        path: &str,
-        permission: &str,
-        budget: &mut Budget,
-    ) -> Result<T, EngineError> {
-        self.client
-            .call(Method::GET, path, None, permission, budget)
-            .await?
-            .json()
-    }
-}
-
 #[async_trait]
 impl Pipeline for GithubPipeline {
     fn capabilities(&self) -> Capabilities {
@@ -530,12 +236,12 @@ impl Pipeline for GithubPipeline {
         // not return a run's inputs).
         let tag = translate::inputs_tag(&inputs);
         let correlation = Value::String(format!("{}.{tag}", request.run_name));
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         if t.correlate == Correlate::Always {
             // A retried name (a client's operation token) finds its run instead
             // of dispatching again; other arguments under it are a conflict.
             let existing = self
-                .list_find(&t.owner, &t.repo, &request.run_name, None, &mut budget)
+                .list_find(&t.owner, &t.repo, &request.run_name, None, &mut rate_budget)
                 .await?;
             if let Some(run) = existing {
                 return match translate::title_tag(&run, &request.run_name) {
@@ -548,31 +254,31 @@ impl Pipeline for GithubPipeline {
             inputs.insert(t.correlation_input.clone(), correlation.clone());
         }
         let since = now_epoch().saturating_sub(SKEW);
-        let answer = self.dispatch(&inputs, true, &mut budget).await?;
+        let answer = self.dispatch(&inputs, true, &mut rate_budget).await?;
         match answer.status {
             200 => {
                 let details: DispatchResponse = answer.json()?;
                 Ok(self.reference(RunKey::Id(details.workflow_run_id)))
             }
             204 if t.correlate == Correlate::Always => {
-                self.find_dispatched(&request.run_name, since, &mut budget)
+                self.find_dispatched(&request.run_name, since, &mut rate_budget)
                     .await
             }
             204 => Err(EngineError::internal(
                 "GitHub dispatched the run but returned no run details; set correlate = \"always\" on this tool",
             )),
             400 | 422
-                if answer.status == 400 || answer.message().contains("return_run_details") =>
+                if answer.status == 400 || api::message(&answer).contains("return_run_details") =>
             {
                 // An older server that does not know return_run_details: dispatch
                 // again without it, with the correlation input, and look the run up.
                 tracing::info!("dispatch without run details (older server)");
                 inputs.insert(t.correlation_input.clone(), correlation);
-                let again = self.dispatch(&inputs, false, &mut budget).await?;
+                let again = self.dispatch(&inputs, false, &mut rate_budget).await?;
                 if !again.ok() {
                     return Err(self.dispatch_refused(&again));
                 }
-                self.find_dispatched(&request.run_name, since, &mut budget)
+                self.find_dispatched(&request.run_name, since, &mut rate_budget)
                     .await
             }
             _ => Err(self.dispatch_refused(&answer)),
@@ -581,7 +287,7 @@ impl Pipeline for GithubPipeline {
 
     async fn read(&self, run: &NativeRef) -> Result<Snapshot, EngineError> {
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         match &r.key {
             RunKey::Id(id) => {
                 let answer = self
@@ -591,19 +297,19 @@ impl Pipeline for GithubPipeline {
                         &self.run_path(&r, *id),
                         None,
                         "actions: read",
-                        &mut budget,
+                        &mut rate_budget,
                     )
                     .await?;
                 let tag = etag(&answer);
-                self.read_run(&r, answer.json()?, tag, budget).await
+                self.read_run(&r, answer.json()?, tag, rate_budget).await
             }
-            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
+            RunKey::Name { .. } => match self.fetch(&r, &mut rate_budget).await? {
                 Err(state) => {
                     let mut snapshot = Snapshot::new(state);
-                    snapshot.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+                    snapshot.poll_hint = poll_hint(&rate_budget, now_epoch(), 1, self.low_budget);
                     Ok(snapshot)
                 }
-                Ok(wr) => self.read_run(&r, wr, None, budget).await,
+                Ok(wr) => self.read_run(&r, wr, None, rate_budget).await,
             },
         }
     }
@@ -626,24 +332,28 @@ impl Pipeline for GithubPipeline {
         ) else {
             return self.read(run).await;
         };
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let path = self.run_path(&r, *id);
         let answer = self
             .client
-            .get_if_changed(&path, run_tag, &mut budget)
+            .get_if_changed(&path, run_tag, &mut rate_budget)
             .await?;
         match answer.status {
             304 => {}
             200 => {
                 let tag = etag(&answer);
-                return self.read_run(&r, answer.json()?, tag, budget).await;
+                return self.read_run(&r, answer.json()?, tag, rate_budget).await;
             }
             _ => return Err(map_error(&answer, "actions: read")),
         }
         if !jobs_tag.is_empty() {
             let jobs = self
                 .client
-                .get_if_changed(&format!("{path}/jobs?per_page=100"), jobs_tag, &mut budget)
+                .get_if_changed(
+                    &format!("{path}/jobs?per_page=100"),
+                    jobs_tag,
+                    &mut rate_budget,
+                )
                 .await?;
             match jobs.status {
                 304 => {}
@@ -652,7 +362,7 @@ impl Pipeline for GithubPipeline {
             }
         }
         let mut same = last.clone();
-        same.poll_hint = poll_hint(&budget, now_epoch(), 1, self.low_budget);
+        same.poll_hint = poll_hint(&rate_budget, now_epoch(), 1, self.low_budget);
         Ok(same)
     }
 
@@ -664,27 +374,24 @@ impl Pipeline for GithubPipeline {
     ) -> Result<LogPage, EngineError> {
         let mut pos = Pos::parse(cursor)?;
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
-        let id = match &r.key {
-            RunKey::Id(id) => *id,
-            RunKey::Name { .. } => match self.fetch(&r, &mut budget).await? {
-                Ok(wr) => wr.id,
-                // Not listed yet: nothing to read (or never will be).
-                Err(state) => {
-                    return Ok(LogPage {
-                        lines: Vec::new(),
-                        cursor: pos.cursor(),
-                        complete: state.is_terminal(),
-                    })
-                }
-            },
+        let mut rate_budget = RateBudget::default();
+        let id = match self.listed_id(&r, &mut rate_budget).await? {
+            Ok(id) => id,
+            // Not listed yet: nothing to read (or never will be).
+            Err(state) => {
+                return Ok(LogPage {
+                    lines: Vec::new(),
+                    cursor: pos.cursor(),
+                    complete: state.is_terminal(),
+                })
+            }
         };
         let base = self.run_path(&r, id);
         let mut list: translate::JobList = self
             .get_json(
                 &format!("{base}/jobs?per_page=100"),
                 "actions: read",
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         list.jobs.sort_by_key(|j| j.id);
@@ -726,52 +433,19 @@ impl Pipeline for GithubPipeline {
             if lines.len() >= limit || room == 0 {
                 break;
             }
-            let path = format!(
-                "{}/actions/jobs/{}/logs",
-                self.repo_path(&r.owner, &r.repo),
-                job.id
-            );
-            let piece = match self
-                .client
-                .get_range(&path, offset, room, "actions: read")
-                .await
-            {
-                Ok(piece) => piece,
-                Err(EngineError::NotFound) => {
-                    lines.push(LogLine::note(&format!(
-                        "GitHub keeps no log of job {} (removed or past its retention)",
-                        job.name
-                    )));
-                    pos = Pos::After { job: job.id };
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let full = piece.bytes.len() == room;
-            room -= piece.bytes.len();
-            let (got, used) = logs::split(
-                &piece.bytes,
-                offset,
-                piece.at_end,
-                full,
-                limit - lines.len(),
-                &job.name,
-            );
-            lines.extend(got);
-            if piece.at_end && used == piece.bytes.len() {
-                pos = Pos::After { job: job.id };
-                continue;
+            let (next, go_on) = self
+                .job_log_piece(&r, job, (steps, offset), &mut room, limit, &mut lines)
+                .await?;
+            pos = next;
+            if !go_on {
+                break;
             }
-            pos = Pos::In {
-                job: job.id,
-                steps,
-                offset: offset + used as u64,
-            };
-            break;
         }
         // Every listed job was read: nothing more comes once the run has ended.
         let complete = every_job_read && {
-            let wr: WorkflowRun = self.get_json(&base, "actions: read", &mut budget).await?;
+            let wr: WorkflowRun = self
+                .get_json(&base, "actions: read", &mut rate_budget)
+                .await?;
             wr.status.as_deref() == Some("completed")
         };
         Ok(LogPage {
@@ -783,15 +457,15 @@ impl Pipeline for GithubPipeline {
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
-        let id = self.resolve_id(&r, &mut budget).await?;
+        let mut rate_budget = RateBudget::default();
+        let id = self.resolve_id(&r, &mut rate_budget).await?;
         let answer = self
             .client
             .send(
                 Method::POST,
                 &format!("{}/cancel", self.run_path(&r, id)),
                 None,
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         if answer.ok() {
@@ -801,13 +475,16 @@ impl Pipeline for GithubPipeline {
             // GitHub refuses to cancel a run that already finished: the next read
             // reports its real final state. Any other 409 is a real conflict.
             let current: WorkflowRun = self
-                .get_json(&self.run_path(&r, id), "actions: read", &mut budget)
+                .get_json(&self.run_path(&r, id), "actions: read", &mut rate_budget)
                 .await?;
             if current.status.as_deref() == Some("completed") {
                 return Ok(());
             }
             return Err(EngineError::Conflict {
-                message: format!("GitHub cannot cancel the run now: {}", answer.message()),
+                message: format!(
+                    "GitHub cannot cancel the run now: {}",
+                    api::message(&answer)
+                ),
             });
         }
         Err(map_error(&answer, "actions: write"))
@@ -824,15 +501,15 @@ impl Pipeline for GithubPipeline {
         }
         let body = translate::review_body(key, response)?;
         let r = self.own_ref(run)?;
-        let mut budget = Budget::default();
-        let id = self.resolve_id(&r, &mut budget).await?;
+        let mut rate_budget = RateBudget::default();
+        let id = self.resolve_id(&r, &mut rate_budget).await?;
         let answer = self
             .client
             .send(
                 Method::POST,
                 &format!("{}/pending_deployments", self.run_path(&r, id)),
                 Some(&body),
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         match answer.status {
@@ -840,7 +517,7 @@ impl Pipeline for GithubPipeline {
             422 | 409 => Err(EngineError::Conflict {
                 message: format!(
                     "the deployment review is no longer outstanding: {}",
-                    answer.message()
+                    api::message(&answer)
                 ),
             }),
             _ => Err(map_error(
@@ -851,14 +528,14 @@ impl Pipeline for GithubPipeline {
     }
 
     async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let found = self
             .list_find(
                 &self.target.owner,
                 &self.target.repo,
                 run_name,
                 None,
-                &mut budget,
+                &mut rate_budget,
             )
             .await?;
         Ok(found.map(|run| self.reference(RunKey::Id(run.id))))
@@ -866,9 +543,9 @@ impl Pipeline for GithubPipeline {
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
         let t = &self.target;
-        let mut budget = Budget::default();
+        let mut rate_budget = RateBudget::default();
         let wf: Value = self
-            .get_json(&self.workflow_path(), "actions: read", &mut budget)
+            .get_json(&self.workflow_path(), "actions: read", &mut rate_budget)
             .await
             .map_err(|e| match e {
                 EngineError::NotFound => EngineError::InvalidInput {
@@ -893,11 +570,11 @@ impl Pipeline for GithubPipeline {
                 &format!(
                     "{}/contents/{}?ref={}",
                     self.own_repo(),
-                    encode_path(path),
-                    encode(&t.git_ref)
+                    percent_encode_path(path),
+                    percent_encode(&t.git_ref)
                 ),
                 "contents: read",
-                &mut budget,
+                &mut rate_budget,
             )
             .await
             .map_err(|e| match e {
@@ -957,6 +634,7 @@ impl Pipeline for GithubPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::iso;
 
     #[test]
     fn references_round_trip() {

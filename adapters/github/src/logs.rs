@@ -163,7 +163,7 @@ pub(crate) fn split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::fixture;
+    use taskgate_github_double::fixture;
 
     fn job(steps: &[(&str, Option<&str>)]) -> Job {
         let mut j = fixture("job-paginated.json")["jobs"][0].clone();

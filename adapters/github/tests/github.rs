@@ -12,7 +12,7 @@ use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
     Snapshot, StartRequest, ToolDecl,
 };
-use taskgate_github::testing as double;
+use taskgate_github_double as double;
 
 static FILES: AtomicU32 = AtomicU32::new(0);
 

@@ -7,7 +7,7 @@
 //! See `README.md` beside this crate for settings, the tool target, the API calls
 //! per request and the RBAC Role (`deploy/`).
 
-mod client;
+mod api;
 mod config;
 mod logs;
 mod translate;
@@ -25,7 +25,7 @@ use taskgate_engine::{
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
 
-use client::{Created, KubeClient};
+use api::{Created, KubeClient};
 use config::{check_dns_label, Bound};
 use translate::{
     canonical, label, label_value, missing_permissions, permission_name, phase, render_job,

@@ -6,7 +6,7 @@
 //! See `README.md` beside this crate for settings, the tool target and the IAM
 //! policy.
 
-mod client;
+mod api;
 mod config;
 mod translate;
 
@@ -19,11 +19,11 @@ use taskgate_engine::{
     LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
-pub use client::{ClientOptions, MAX_ATTEMPTS};
+pub use api::{ClientOptions, MAX_ATTEMPTS};
 pub use config::{EngineSettings, HumanStep, ToolTarget};
 pub use translate::DECLINED_ERROR;
 
-use client::{SfnClient, Started};
+use api::{SfnClient, Started};
 use config::StateMachineArn;
 use translate::{
     ends_execution, execution_input, find_token, log_page, parse_log_cursor, parse_request_key,

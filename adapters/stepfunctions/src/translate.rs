@@ -3,7 +3,7 @@
 //! The types here have the shape of the AWS JSON wire payloads (DescribeExecution,
 //! GetExecutionHistory), so the table tests feed them the exact payloads captured
 //! from the emulator (`tests/fixtures/`, made by `scripts/moto/capture-sfn-fixtures.py`);
-//! `client.rs` fills them from the SDK's types.
+//! `api.rs` fills them from the SDK's types.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -16,6 +16,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
 use serde_json::Value;
+use taskgate_engine::http::status_error;
 use taskgate_engine::{ConfigError, EngineError};
 
 use crate::config::EngineSettings;
@@ -346,7 +347,11 @@ pub(crate) fn map_error(action: &str, error: kube::Error) -> EngineError {
     }
 }
 
-/// Maps an API server `Status` (see [`map_error`]).
+/// Who answers, as messages name it.
+const UPSTREAM: &str = "the API server";
+
+/// Maps an API server `Status` with the shared mapping
+/// ([`taskgate_engine::http::status_error`]; see [`map_error`]).
 #[must_use]
 fn map_status(action: &str, status: &Status) -> EngineError {
     let message = if status.message.is_empty() {
@@ -354,36 +359,13 @@ fn map_status(action: &str, status: &Status) -> EngineError {
     } else {
         status.message.clone()
     };
-    match status.code {
-        401 => EngineError::PermissionDenied {
-            action: "authenticate to the API server".into(),
-            message,
-        },
-        403 => EngineError::PermissionDenied {
-            action: action.to_owned(),
-            message,
-        },
-        404 => EngineError::NotFound,
-        409 => EngineError::Conflict { message },
-        400 | 422 => EngineError::InvalidInput { message },
-        429 => EngineError::Throttled {
-            retry_after: status
-                .details
-                .as_ref()
-                .map(|d| d.retry_after_seconds)
-                .filter(|s| *s > 0)
-                .map(|s| Duration::from_secs(u64::from(s))),
-            message,
-        },
-        410 | 500..=599 => EngineError::Unavailable {
-            message: format!("{action}: {} {message}", status.code),
-            source: None,
-        },
-        code => EngineError::Internal {
-            message: format!("{action}: unexpected answer {code}: {message}"),
-            source: None,
-        },
-    }
+    let retry_after = status
+        .details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(u64::from(s)));
+    status_error(UPSTREAM, status.code, action, message, retry_after)
 }
 
 #[cfg(test)]
@@ -417,7 +399,7 @@ mod tests {
         }
         assert!(matches!(
             map_status("get", &captured("status-401.json")),
-            EngineError::PermissionDenied { action, .. } if action.contains("authenticate")
+            EngineError::PermissionDenied { action, .. } if action == "authentication"
         ));
         assert!(matches!(
             map_status("get", &captured("status-404.json")),

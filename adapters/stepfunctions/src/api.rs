@@ -450,36 +450,11 @@ where
     let status = err.raw_response().map(|r| r.status().as_u16());
     let code = err.code().map(str::to_owned);
     let service_message = err.message().map(str::to_owned);
-    let message = || {
-        let mut m = String::new();
-        if let Some(code) = &code {
-            m.push_str(code);
-        }
-        if let Some(text) = &service_message {
-            if !m.is_empty() {
-                m.push_str(": ");
-            }
-            m.push_str(text);
-        }
-        if m.is_empty() {
-            m = DisplayErrorContext(&err).to_string();
-        }
-        format!("{action}: {m}")
-    };
+    let message = || describe(action, code.as_deref(), service_message.as_deref(), &err);
     let code_is = |list: &[&str]| code.as_deref().is_some_and(|c| list.contains(&c));
     if code_is(THROTTLING_CODES) || status == Some(429) {
-        let retry_after = err
-            .raw_response()
-            .and_then(|r| r.headers().get("retry-after"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs)
-            .or(Some(if code.as_deref() == Some("ExecutionLimitExceeded") {
-                DEFAULT_RETRY_AFTER * 10
-            } else {
-                DEFAULT_RETRY_AFTER
-            }));
         return EngineError::Throttled {
-            retry_after,
+            retry_after: Some(throttle_wait(&err, code.as_deref())),
             message: message(),
         };
     }
@@ -495,27 +470,8 @@ where
             message: message(),
         };
     }
-    match code.as_deref() {
-        Some("ExecutionDoesNotExist" | "StateMachineDoesNotExist") => return EngineError::NotFound,
-        // Never echo the service's message here: it may quote the token.
-        Some("InvalidToken" | "TaskTimedOut" | "TaskDoesNotExist") => {
-            return EngineError::Conflict {
-                message: format!(
-                    "{action}: the task no longer waits for an answer ({})",
-                    code.as_deref().unwrap_or_default()
-                ),
-            }
-        }
-        Some(
-            "InvalidArn"
-            | "InvalidName"
-            | "InvalidExecutionInput"
-            | "InvalidOutput"
-            | "ValidationException"
-            | "StateMachineDeleting"
-            | "StateMachineTypeNotSupported",
-        ) => return EngineError::InvalidInput { message: message() },
-        _ => {}
+    if let Some(e) = by_code(action, code.as_deref(), &message) {
+        return e;
     }
     match &err {
         SdkError::ConstructionFailure(_) => EngineError::Internal {
@@ -538,6 +494,74 @@ where
             message: message(),
             source: Some(Box::new(err)),
         },
+    }
+}
+
+/// `action: code: the service's text`, or the SDK's account of the failure when
+/// the service said nothing.
+fn describe<E>(
+    action: &str,
+    code: Option<&str>,
+    text: Option<&str>,
+    err: &SdkError<E, HttpResponse>,
+) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let mut m = String::new();
+    if let Some(code) = code {
+        m.push_str(code);
+    }
+    if let Some(text) = text {
+        if !m.is_empty() {
+            m.push_str(": ");
+        }
+        m.push_str(text);
+    }
+    if m.is_empty() {
+        m = DisplayErrorContext(err).to_string();
+    }
+    format!("{action}: {m}")
+}
+
+/// How long a throttled call waits: as `Retry-After` says, else a default (ten
+/// times longer for a full account's execution limit).
+fn throttle_wait<E>(err: &SdkError<E, HttpResponse>, code: Option<&str>) -> Duration {
+    err.raw_response()
+        .and_then(|r| r.headers().get("retry-after"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(
+            if code == Some("ExecutionLimitExceeded") {
+                DEFAULT_RETRY_AFTER * 10
+            } else {
+                DEFAULT_RETRY_AFTER
+            },
+            Duration::from_secs,
+        )
+}
+
+/// The errors the service's error code alone decides: a missing execution or
+/// state machine, a spent task token, a refused input.
+fn by_code(action: &str, code: Option<&str>, message: &dyn Fn() -> String) -> Option<EngineError> {
+    match code {
+        Some("ExecutionDoesNotExist" | "StateMachineDoesNotExist") => Some(EngineError::NotFound),
+        // Never echo the service's message here: it may quote the token.
+        Some("InvalidToken" | "TaskTimedOut" | "TaskDoesNotExist") => Some(EngineError::Conflict {
+            message: format!(
+                "{action}: the task no longer waits for an answer ({})",
+                code.unwrap_or_default()
+            ),
+        }),
+        Some(
+            "InvalidArn"
+            | "InvalidName"
+            | "InvalidExecutionInput"
+            | "InvalidOutput"
+            | "ValidationException"
+            | "StateMachineDeleting"
+            | "StateMachineTypeNotSupported",
+        ) => Some(EngineError::InvalidInput { message: message() }),
+        _ => None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! The only module that talks to Airflow: one HTTP client with connect and read
 //! timeouts, the access token (minted at `/auth/token`, renewed before it expires and
-//! once when Airflow refuses it), and [`map_error`], the one place Airflow's refusals
-//! become [`EngineError`]s.
+//! once when Airflow refuses it), [`map_error`], the one place Airflow's refusals
+//! become [`EngineError`]s, and a pipeline's REST calls (paths, runs, task
+//! instances, HITL questions, XComs, logs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,10 +12,14 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use taskgate_engine::http::{percent_encode, Answer};
+use taskgate_engine::NativeRef;
 use taskgate_engine::{ConfigError, EngineError};
 use tokio::sync::Mutex;
 
 use crate::config::{Auth, Validated};
+use crate::translate::{self, DagRun, HitlDetail, HitlDetails, TaskInstances};
+use crate::{AirflowPipeline, TASK_PAGE};
 
 /// How long before its expiry a minted token is renewed.
 const RENEW_BEFORE: Duration = Duration::from_secs(60);
@@ -22,30 +27,13 @@ const RENEW_BEFORE: Duration = Duration::from_secs(60);
 /// The lifetime assumed for a token whose expiry cannot be read.
 const ASSUMED_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
-/// One answer from Airflow, whatever its status.
-#[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) retry_after: Option<Duration>,
-    /// Airflow's clock when it answered (the `Date` header).
-    pub(crate) date: Option<SystemTime>,
-    pub(crate) body: String,
-}
+/// Who answers, as messages name it.
+const UPSTREAM: &str = "Airflow";
 
-impl Answer {
-    pub(crate) fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, EngineError> {
-        serde_json::from_str(&self.body).map_err(|e| EngineError::Internal {
-            message: format!(
-                "Airflow answered a body taskgate cannot read (HTTP {})",
-                self.status
-            ),
-            source: Some(Box::new(e)),
-        })
-    }
+/// Airflow's clock when it answered (the `Date` header).
+pub(crate) fn answer_date(answer: &Answer) -> Option<SystemTime> {
+    let value = answer.headers.get(reqwest::header::DATE)?.to_str().ok()?;
+    httpdate::parse_http_date(value).ok()
 }
 
 /// A token minted at the token endpoint. `Debug` never shows it.
@@ -117,37 +105,11 @@ pub(crate) fn detail(body: &str) -> String {
     }
 }
 
-/// Maps a non-2xx answer to an [`EngineError`]: 401 → permission denied for
-/// authentication, 403 → permission denied for `action`, 404 → not found, 409 →
-/// conflict, 400/422 → invalid input, 429 → throttled, 503 → throttled when Airflow
-/// says when to retry and unavailable otherwise, any other status → unavailable.
+/// Maps a non-2xx answer to an [`EngineError`] with the shared mapping
+/// ([`taskgate_engine::http::status_error`]; `action` names the Airflow permission
+/// the request needs), Airflow's `detail` being the message.
 pub(crate) fn map_error(answer: &Answer, action: &str) -> EngineError {
-    let message = detail(&answer.body);
-    match answer.status {
-        401 => EngineError::PermissionDenied {
-            action: "authentication".to_owned(),
-            message: format!("Airflow refused the credentials: {message}"),
-        },
-        403 => EngineError::PermissionDenied {
-            action: action.to_owned(),
-            message,
-        },
-        404 => EngineError::NotFound,
-        409 => EngineError::Conflict { message },
-        400 | 422 => EngineError::InvalidInput { message },
-        429 => EngineError::Throttled {
-            retry_after: answer.retry_after,
-            message: format!("Airflow is rate limiting: {message}"),
-        },
-        503 if answer.retry_after.is_some() => EngineError::Throttled {
-            retry_after: answer.retry_after,
-            message: format!("Airflow is unavailable for now: {message}"),
-        },
-        status => EngineError::Unavailable {
-            message: format!("Airflow answered HTTP {status}: {message}"),
-            source: None,
-        },
-    }
+    answer.error(action, detail(&answer.body))
 }
 
 /// A refusal that a fresh token may cure: Airflow answers 401 without a token and
@@ -155,12 +117,6 @@ pub(crate) fn map_error(answer: &Answer, action: &str) -> EngineError {
 fn token_refused(answer: &Answer) -> bool {
     answer.status == 401
         || (answer.status == 403 && detail(&answer.body).to_ascii_lowercase().contains("token"))
-}
-
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    // Airflow (and the proxies before it) send delta-seconds.
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 impl Client {
@@ -213,19 +169,14 @@ impl Client {
             )
         })?;
         let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers());
-        let date = response
-            .headers()
-            .get(reqwest::header::DATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v).ok());
+        let headers = response.headers().clone();
         let body = response.text().await.map_err(|e| {
             EngineError::unavailable("reading Airflow's answer failed", e.without_url())
         })?;
         Ok(Answer {
+            upstream: UPSTREAM,
             status,
-            retry_after,
-            date,
+            headers,
             body,
         })
     }
@@ -347,21 +298,168 @@ impl Client {
         if !answer.ok() {
             return Err(map_error(&answer, action));
         }
-        Ok((answer.json()?, answer.date))
+        Ok((answer.json()?, answer_date(&answer)))
     }
 }
 
-/// Percent-encodes `text` for a path segment or a query value.
-pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+/// The Airflow permissions (as Airflow's auth managers name resources) each request
+/// needs, for permission errors.
+pub(crate) mod action {
+    pub(crate) const DAG_READ: &str = "DAGs: read";
+    pub(crate) const RUN_CREATE: &str = "DAG Runs: create";
+    pub(crate) const RUN_READ: &str = "DAG Runs: read";
+    pub(crate) const RUN_EDIT: &str = "DAG Runs: edit";
+    pub(crate) const TI_READ: &str = "Task Instances: read";
+    pub(crate) const LOG_READ: &str = "Task Logs: read";
+    pub(crate) const XCOM_READ: &str = "XComs: read";
+    pub(crate) const HITL_READ: &str = "HITL Detail: read";
+    pub(crate) const HITL_EDIT: &str = "HITL Detail: edit";
+}
+
+/// The REST calls of a pipeline: paths, reading a run, its task instances, HITL
+/// questions, XComs and logs.
+impl AirflowPipeline {
+    /// How many HTTP requests this pipeline's engine has sent so far (all its
+    /// pipelines share one client), token requests included.
+    #[must_use]
+    pub fn api_calls(&self) -> u64 {
+        self.client.calls()
+    }
+
+    pub(crate) fn dag(&self) -> String {
+        format!("/api/v2/dags/{}", percent_encode(&self.target.dag_id))
+    }
+
+    pub(crate) fn run_path(&self, run_id: &str) -> String {
+        format!("{}/dagRuns/{}", self.dag(), percent_encode(run_id))
+    }
+
+    /// The run id of a reference to a run of this tool's DAG; anything else reads as
+    /// not found.
+    pub(crate) fn own<'a>(&self, run: &'a NativeRef) -> Result<&'a str, EngineError> {
+        let (dag, run_id) = run.split_once('/').ok_or(EngineError::NotFound)?;
+        if dag != self.target.dag_id || run_id.is_empty() {
+            return Err(EngineError::NotFound);
+        }
+        Ok(run_id)
+    }
+
+    pub(crate) fn reference(&self, run_id: &str) -> NativeRef {
+        format!("{}/{run_id}", self.target.dag_id)
+    }
+
+    pub(crate) async fn get_run(&self, run_id: &str) -> Result<DagRun, EngineError> {
+        self.client
+            .call(Method::GET, &self.run_path(run_id), None, action::RUN_READ)
+            .await
+    }
+
+    pub(crate) async fn tasks(&self, run_id: &str) -> Result<TaskInstances, EngineError> {
+        self.client
+            .call(
+                Method::GET,
+                &format!("{}/taskInstances?limit={TASK_PAGE}", self.run_path(run_id)),
+                None,
+                action::TI_READ,
+            )
+            .await
+    }
+
+    /// The unanswered HITL questions of a run, and Airflow's clock.
+    pub(crate) async fn questions(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<HitlDetail>, Option<std::time::SystemTime>), EngineError> {
+        let (list, now): (HitlDetails, _) = self
+            .client
+            .call_dated(
+                Method::GET,
+                &format!(
+                    "{}/hitlDetails?response_received=false",
+                    self.run_path(run_id)
+                ),
+                None,
+                action::HITL_READ,
+            )
+            .await?;
+        Ok((list.hitl_details, now))
+    }
+
+    pub(crate) async fn xcom(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        key: &str,
+    ) -> Result<Value, EngineError> {
+        let entry: Value = self
+            .client
+            .call(
+                Method::GET,
+                &format!(
+                    "{}/taskInstances/{}/xcomEntries/{}?deserialize=true",
+                    self.run_path(run_id),
+                    percent_encode(task_id),
+                    percent_encode(key)
+                ),
+                None,
+                action::XCOM_READ,
+            )
+            .await?;
+        Ok(entry.get("value").cloned().unwrap_or(Value::Null))
+    }
+
+    pub(crate) async fn log_tail(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        map_index: i64,
+        try_number: u64,
+    ) -> Vec<String> {
+        if self.target.log_lines == 0 {
+            return Vec::new();
+        }
+        let path = format!(
+            "{}/taskInstances/{}/logs/{try_number}?map_index={map_index}",
+            self.run_path(run_id),
+            percent_encode(task_id)
+        );
+        match self
+            .client
+            .call::<Value>(Method::GET, &path, None, action::LOG_READ)
+            .await
+        {
+            Ok(log) => translate::log_tail(&log, self.target.log_lines),
+            Err(e) => {
+                // The failure is reported without its log rather than not at all.
+                tracing::warn!(dag_id = %self.target.dag_id, task_id, error = %e, "cannot read the failed task's log");
+                vec![format!("(the log could not be read: {e})")]
+            }
         }
     }
-    out
+
+    /// Checks that the DAG exists and is not paused, so a trigger never queues a run
+    /// that would wait silently.
+    pub(crate) async fn dag_ready(&self) -> Result<(), EngineError> {
+        let dag: Value = self
+            .client
+            .call(Method::GET, &self.dag(), None, action::DAG_READ)
+            .await
+            .map_err(|e| match e {
+                EngineError::NotFound => EngineError::InvalidInput {
+                    message: format!("Airflow has no DAG {:?}", self.target.dag_id),
+                },
+                other => other,
+            })?;
+        if dag.get("is_paused").and_then(Value::as_bool) == Some(true) {
+            return Err(EngineError::InvalidInput {
+                message: format!(
+                    "the DAG {:?} is paused: a run would wait until it is unpaused, so taskgate does not trigger one",
+                    self.target.dag_id
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -386,9 +484,9 @@ mod tests {
         let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
         let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         Answer {
+            upstream: UPSTREAM,
             status: u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
-            retry_after: None,
-            date: None,
+            headers: reqwest::header::HeaderMap::new(),
             body: v["body"].to_string(),
         }
     }
@@ -412,9 +510,9 @@ mod tests {
             EngineError::PermissionDenied { ref action, .. } if action == "authentication"
         ));
         let forbidden = Answer {
+            upstream: UPSTREAM,
             status: 403,
-            retry_after: None,
-            date: None,
+            headers: reqwest::header::HeaderMap::new(),
             body: r#"{"detail":"Forbidden"}"#.into(),
         };
         assert!(matches!(
@@ -433,11 +531,15 @@ mod tests {
             (429, None),
             (503, Some(Duration::from_secs(3))),
         ] {
+            let mut headers = reqwest::header::HeaderMap::new();
+            if let Some(after) = after {
+                headers.insert(reqwest::header::RETRY_AFTER, after.as_secs().into());
+            }
             let e = map_error(
                 &Answer {
+                    upstream: UPSTREAM,
                     status,
-                    retry_after: after,
-                    date: None,
+                    headers,
                     body: "{}".into(),
                 },
                 "x",
@@ -450,9 +552,9 @@ mod tests {
         }
         let e = map_error(
             &Answer {
+                upstream: UPSTREAM,
                 status: 503,
-                retry_after: None,
-                date: None,
+                headers: reqwest::header::HeaderMap::new(),
                 body: "down".into(),
             },
             "x",
@@ -469,8 +571,21 @@ mod tests {
     }
 
     #[test]
-    fn encoding() {
-        assert_eq!(encode("a b/c"), "a%20b%2Fc");
-        assert_eq!(encode("tg-1.x_y"), "tg-1.x_y");
+    fn reads_airflows_clock() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::DATE,
+            "Sun, 06 Nov 1994 08:49:37 GMT".parse().unwrap(),
+        );
+        let answer = Answer {
+            upstream: UPSTREAM,
+            status: 200,
+            headers,
+            body: "{}".into(),
+        };
+        assert_eq!(
+            answer_date(&answer),
+            Some(UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
     }
 }

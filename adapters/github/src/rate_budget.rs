@@ -1,6 +1,6 @@
-//! GitHub's API budget: reading the `x-ratelimit-*` headers, telling a rate-limit
+//! GitHub's rate budget: reading the `x-ratelimit-*` headers, telling a rate-limit
 //! refusal from a permission refusal, and the poll interval to suggest to clients
-//! when the budget runs low. Pure functions over headers and the current time.
+//! when the rate budget runs low. Pure functions over headers and the current time.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 /// What the `x-ratelimit-*` headers of one answer say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Budget {
+pub(crate) struct RateBudget {
     /// `x-ratelimit-limit`: requests per window.
     pub limit: Option<u64>,
     /// `x-ratelimit-remaining`: requests left in this window.
@@ -21,7 +21,7 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-impl Budget {
+impl RateBudget {
     /// Reads the headers of an answer.
     #[must_use]
     pub fn from_headers(headers: &HeaderMap) -> Self {
@@ -61,14 +61,14 @@ pub(crate) fn rate_limited(
         return None;
     }
     let retry_after = header_u64(headers, "retry-after");
-    let budget = Budget::from_headers(headers);
+    let rate_budget = RateBudget::from_headers(headers);
     let lower = message.to_ascii_lowercase();
     let mentions = lower.contains("rate limit");
     if let Some(seconds) = retry_after {
         return Some(Duration::from_secs(seconds.max(1)));
     }
-    if budget.remaining == Some(0) {
-        let wait = budget
+    if rate_budget.remaining == Some(0) {
+        let wait = rate_budget
             .reset
             .map_or(60, |reset| reset.saturating_sub(now).max(1));
         return Some(Duration::from_secs(wait));
@@ -79,7 +79,7 @@ pub(crate) fn rate_limited(
     None
 }
 
-/// The poll interval to suggest when the budget is low, or `None` when the
+/// The poll interval to suggest when the rate budget is low, or `None` when the
 /// configured interval is fine.
 ///
 /// Below `low_budget` remaining requests (default: a tenth of the limit), the
@@ -88,18 +88,21 @@ pub(crate) fn rate_limited(
 /// remaining` apart (never less than 10 s); with nothing left, wait for the reset.
 #[must_use]
 pub(crate) fn poll_hint(
-    budget: &Budget,
+    rate_budget: &RateBudget,
     now: u64,
     calls_per_poll: u64,
     low_budget: Option<u64>,
 ) -> Option<Duration> {
-    let remaining = budget.remaining?;
-    let limit = budget.limit.unwrap_or(5000);
+    let remaining = rate_budget.remaining?;
+    let limit = rate_budget.limit.unwrap_or(5000);
     let threshold = low_budget.unwrap_or((limit / 10).max(1));
     if remaining >= threshold {
         return None;
     }
-    let window = budget.reset.map_or(3600, |r| r.saturating_sub(now)).max(1);
+    let window = rate_budget
+        .reset
+        .map_or(3600, |r| r.saturating_sub(now))
+        .max(1);
     if remaining == 0 {
         return Some(Duration::from_secs(window + 1));
     }
@@ -121,19 +124,19 @@ mod tests {
 
     #[test]
     fn budgets_are_read_and_compared() {
-        let a = Budget::from_headers(&headers(&[
+        let a = RateBudget::from_headers(&headers(&[
             ("x-ratelimit-limit", "5000"),
             ("x-ratelimit-remaining", "4999"),
             ("x-ratelimit-reset", "1700000000"),
         ]));
         assert_eq!(a.remaining, Some(4999));
-        let b = Budget {
+        let b = RateBudget {
             remaining: Some(3),
             ..a
         };
         assert_eq!(a.tighter(b), b);
         assert_eq!(b.tighter(a), b);
-        assert_eq!(Budget::default().tighter(a), a);
+        assert_eq!(RateBudget::default().tighter(a), a);
     }
 
     #[test]
@@ -189,7 +192,7 @@ mod tests {
     #[test]
     fn the_poll_hint_rises_as_the_budget_falls() {
         let now = 10_000;
-        let b = |remaining| Budget {
+        let b = |remaining| RateBudget {
             limit: Some(5000),
             remaining: Some(remaining),
             reset: Some(now + 3000),
@@ -218,8 +221,8 @@ mod tests {
             Some(Duration::from_secs(10))
         );
         // No headers (GitHub Enterprise Server with limits off): no hint.
-        assert_eq!(poll_hint(&Budget::default(), now, 2, None), None);
-        // Monotonic: less budget never means a shorter interval.
+        assert_eq!(poll_hint(&RateBudget::default(), now, 2, None), None);
+        // Monotonic: less rate budget never means a shorter interval.
         let mut last = Duration::ZERO;
         for remaining in (0..500).rev() {
             let hint = poll_hint(&b(remaining), now, 2, None).unwrap();

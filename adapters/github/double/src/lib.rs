@@ -1,9 +1,10 @@
-//! A stateful HTTP double of the parts of GitHub's REST API the engine uses, for
-//! tests (the `testing` feature): this crate's own tests and taskgate's end-to-end
-//! tests, which run the server binary against it.
+//! A stateful HTTP double of the parts of GitHub's REST API the GitHub engine uses,
+//! for tests only (a dev-dependency, never compiled into the server): the engine
+//! crate's own tests and taskgate's end-to-end tests, which run the server binary
+//! against it.
 //!
-//! Its payloads are GitHub's published OpenAPI examples (tests/fixtures, cut by
-//! cut.py), adjusted to the run at hand. It checks every request it gets (method,
+//! Its payloads are GitHub's published OpenAPI examples (the engine crate's
+//! tests/fixtures, cut by cut.py), adjusted to the run at hand. It checks every request it gets (method,
 //! path, headers, dispatch and review bodies) and records violations; tests drive
 //! the runs' states explicitly and call [`Double::assert_clean`] at the end.
 
@@ -61,24 +62,31 @@ jobs:
 "#;
 
 /// The input schema taskgate suggests for [`WORKFLOW_YAML`] (what
-/// `taskgate check-config` prints for a tool without one).
-///
-/// # Panics
-///
-/// Never: the workflow is a constant that parses.
+/// `taskgate check-config` prints for a tool without one). A unit test of the
+/// engine crate checks that the engine suggests exactly this.
 #[must_use]
 pub fn suggested_input_schema() -> Value {
-    crate::workflow::suggest_input_schema(WORKFLOW_YAML, crate::config::DEFAULT_CORRELATION_INPUT)
-        .expect("the double's workflow parses")
+    json!({
+        "type": "object",
+        "properties": {
+            "version": {"type": "string", "description": "The version to deploy"},
+            "environment": {"type": "string", "enum": ["staging", "production"], "default": "staging"},
+            "dry_run": {"type": "boolean"},
+            "replicas": {"type": "number"},
+        },
+        "required": ["version"],
+        "additionalProperties": false,
+    })
 }
 
-/// A published example from `tests/fixtures`.
+/// A published example from the engine crate's `tests/fixtures`.
 ///
 /// # Panics
 ///
 /// When the file is missing or not JSON.
 pub fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    // The engine crate's fixtures, beside this crate.
+    let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -313,7 +321,7 @@ impl Double {
         self.with(|s| s.throttle = Some(throttle));
     }
 
-    /// Sets the remaining budget reported from now on.
+    /// Sets the remaining rate budget reported from now on.
     pub fn set_budget(&self, remaining: u64, reset_in: u64) {
         self.with(|s| {
             s.remaining = remaining;
