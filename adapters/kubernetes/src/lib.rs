@@ -10,6 +10,7 @@
 mod client;
 mod config;
 mod logs;
+mod resource;
 mod translate;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use taskgate_engine::{
 };
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
+pub use resource::{ArgumentPlace, PhaseMapping, Preset, ResourceTarget};
 
 use client::{Created, KubeClient};
 use config::{check_dns_label, Bound};
@@ -79,6 +81,9 @@ impl Engine for KubernetesEngine {
     }
 
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        if resource::is_resource_target(&tool.target) {
+            return resource::ResourcePipeline::bind(&self.client, tool);
+        }
         let target: ToolTarget = tool.target()?;
         let bound = target.validate(self.client.namespace())?;
         Ok(Arc::new(KubernetesPipeline {
