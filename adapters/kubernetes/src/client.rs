@@ -338,7 +338,9 @@ impl KubeClient {
         };
         match self.objects(ar).create(&params, object).await {
             Ok(_) => Ok(Created::Job),
-            Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "AlreadyExists" => {
+            Err(kube::Error::Api(status))
+                if status.code == 409 && status.reason == "AlreadyExists" =>
+            {
                 Ok(Created::AlreadyExists)
             }
             Err(e) => Err(map_error(&self.action("create", &resource_name(ar)), e)),

@@ -155,8 +155,7 @@ pub(crate) struct Place {
 fn key_ok(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 63
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
 }
 
@@ -257,7 +256,8 @@ impl ResourceTarget {
         });
         self.progress_path
             .get_or_insert_with(|| "status.progress".into());
-        self.message_path.get_or_insert_with(|| "status.message".into());
+        self.message_path
+            .get_or_insert_with(|| "status.message".into());
         self.result_path
             .get_or_insert_with(|| "status.outputs.parameters".into());
         self.nodes_path.get_or_insert_with(|| "status.nodes".into());
@@ -280,7 +280,11 @@ impl ResourceTarget {
     }
 
     /// Resolves the preset, reads the template and checks every path.
-    pub(crate) fn validate(self, tool: &ToolDecl, namespace: &str) -> Result<BoundResource, ConfigError> {
+    pub(crate) fn validate(
+        self,
+        tool: &ToolDecl,
+        namespace: &str,
+    ) -> Result<BoundResource, ConfigError> {
         let preset = self.preset;
         if self.workflow_template.is_some() && preset != Some(Preset::ArgoWorkflowTemplate) {
             return Err(ConfigError::new(
@@ -290,12 +294,27 @@ impl ResourceTarget {
         }
         if preset == Some(Preset::ArgoWorkflowTemplate) {
             match &self.workflow_template {
-                Some(n) if check_dns_label(n).is_ok() || n.split('.').all(|p| check_dns_label(p).is_ok()) => {}
-                Some(_) => return Err(ConfigError::new("workflow_template", "not a Kubernetes object name")),
-                None => return Err(ConfigError::new("workflow_template", "the WorkflowTemplate to run is required")),
+                Some(n)
+                    if check_dns_label(n).is_ok()
+                        || n.split('.').all(|p| check_dns_label(p).is_ok()) => {}
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        "workflow_template",
+                        "not a Kubernetes object name",
+                    ))
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        "workflow_template",
+                        "the WorkflowTemplate to run is required",
+                    ))
+                }
             }
             if self.template.is_some() || self.template_file.is_some() {
-                return Err(ConfigError::new("template", "preset \"argo-workflow-template\" takes `workflow_template`, not a template"));
+                return Err(ConfigError::new(
+                    "template",
+                    "preset \"argo-workflow-template\" takes `workflow_template`, not a template",
+                ));
             }
         }
         let t = self.with_preset(tool);
@@ -315,11 +334,17 @@ impl ResourceTarget {
             .plural
             .clone()
             .unwrap_or_else(|| format!("{}s", kind.to_ascii_lowercase()));
-        let api = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, &version, &kind), &plural);
+        let api = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&group, &version, &kind),
+            &plural,
+        );
         let text = match (&t.template, &t.template_file) {
             (Some(text), None) => text.clone(),
             (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::new("template_file", format!("cannot read {}: {e}", path.display()))
+                ConfigError::new(
+                    "template_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
             })?,
             _ => {
                 return Err(ConfigError::new(
@@ -333,7 +358,10 @@ impl ResourceTarget {
         if !template.is_object() {
             return Err(ConfigError::new("template", "not a YAML object"));
         }
-        if template.get("kind").and_then(Value::as_str).is_some_and(|k| k != kind)
+        if template
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k != kind)
             || template
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -368,7 +396,10 @@ impl ResourceTarget {
         }
         let cancel_patch = t.cancel_patch.clone().unwrap_or_else(|| json!({}));
         if !cancel_patch.is_object() {
-            return Err(ConfigError::new("cancel_patch", "a table (a JSON merge patch)"));
+            return Err(ConfigError::new(
+                "cancel_patch",
+                "a table (a JSON merge patch)",
+            ));
         }
         Ok(BoundResource {
             api,
@@ -462,7 +493,11 @@ pub(crate) fn render_object(
     ] {
         set_path(meta, &["labels".into(), k.into()], json!(v));
     }
-    set_path(meta, &["annotations".into(), ANN_SPEC_HASH.into()], json!(hash));
+    set_path(
+        meta,
+        &["annotations".into(), ANN_SPEC_HASH.into()],
+        json!(hash),
+    );
     Ok(object)
 }
 
@@ -514,8 +549,12 @@ fn failed_nodes(nodes: &Value) -> Vec<String> {
     let mut out: Vec<(String, String)> = nodes
         .values()
         .filter(|n| {
-            matches!(n.get("phase").and_then(Value::as_str), Some("Failed" | "Error"))
-                && n.get("children").is_none_or(|c| c.as_array().is_none_or(Vec::is_empty))
+            matches!(
+                n.get("phase").and_then(Value::as_str),
+                Some("Failed" | "Error")
+            ) && n
+                .get("children")
+                .is_none_or(|c| c.as_array().is_none_or(Vec::is_empty))
         })
         .map(|n| {
             let name = n
@@ -595,7 +634,10 @@ pub(crate) fn snapshot_of(bound: &BoundResource, object: &Value) -> Snapshot {
 }
 
 fn is_finished(state: &RunState) -> bool {
-    matches!(state, RunState::Completed(_) | RunState::Cancelled { .. } | RunState::Failed { .. })
+    matches!(
+        state,
+        RunState::Completed(_) | RunState::Cancelled { .. } | RunState::Failed { .. }
+    )
 }
 
 /// A tool bound to a resource target.
@@ -609,7 +651,10 @@ pub(crate) struct ResourcePipeline {
 }
 
 impl ResourcePipeline {
-    pub(crate) fn bind(client: &KubeClient, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+    pub(crate) fn bind(
+        client: &KubeClient,
+        tool: &ToolDecl,
+    ) -> Result<Arc<dyn Pipeline>, ConfigError> {
         let target: ResourceTarget = tool.target()?;
         let bound = target
             .validate(tool, client.namespace())
@@ -670,12 +715,15 @@ impl Pipeline for ResourcePipeline {
             &request,
             keep_alive,
         )?;
-        let object: DynamicObject = serde_json::from_value(rendered.clone()).map_err(|e| {
-            EngineError::InvalidInput {
+        let object: DynamicObject =
+            serde_json::from_value(rendered.clone()).map_err(|e| EngineError::InvalidInput {
                 message: format!("the rendered object is not a Kubernetes object: {e}"),
-            }
-        })?;
-        match self.client.create_object(&self.bound.api, &object, false).await? {
+            })?;
+        match self
+            .client
+            .create_object(&self.bound.api, &object, false)
+            .await?
+        {
             Created::Job => {
                 tracing::info!(tool = %self.tool, kind = %self.kind(), "object created");
                 Ok(request.run_name)
@@ -723,7 +771,11 @@ impl Pipeline for ResourcePipeline {
         let mut patch = self.bound.cancel_patch.clone();
         set_path(
             &mut patch,
-            &["metadata".into(), "annotations".into(), ANN_CANCELLED.into()],
+            &[
+                "metadata".into(),
+                "annotations".into(),
+                ANN_CANCELLED.into(),
+            ],
             json!("true"),
         );
         self.client
@@ -764,12 +816,20 @@ impl Pipeline for ResourcePipeline {
             let limit_bytes = i64::try_from(MAX_PAGE_BYTES).unwrap_or(i64::MAX);
             let body = match self
                 .client
-                .pod_log_since(&source.pod, &source.container, logs::since(after), limit_bytes)
+                .pod_log_since(
+                    &source.pod,
+                    &source.container,
+                    logs::since(after),
+                    limit_bytes,
+                )
                 .await
             {
                 Ok(body) => body,
                 Err(EngineError::NotFound) => {
-                    lines.push(LogLine::note(&format!("{}: the pod is gone", source.name())));
+                    lines.push(LogLine::note(&format!(
+                        "{}: the pod is gone",
+                        source.name()
+                    )));
                     cursor = logs::LogCursor {
                         done: true,
                         ..logs::LogCursor::at(source)
@@ -870,16 +930,215 @@ impl Pipeline for ResourcePipeline {
             serde_json::from_value(rendered).map_err(|e| EngineError::InvalidInput {
                 message: e.to_string(),
             })?;
-        match self.client.create_object(&self.bound.api, &object, true).await {
+        match self
+            .client
+            .create_object(&self.bound.api, &object, true)
+            .await
+        {
             Ok(_) => Ok(vec![format!(
                 "the {} template renders and passes a server-side dry run in namespace {}",
                 self.kind(),
                 self.client.namespace()
             )]),
             Err(EngineError::InvalidInput { message }) => Err(EngineError::InvalidInput {
-                message: format!("the API server rejects the rendered {}: {message}", self.kind()),
+                message: format!(
+                    "the API server rejects the rendered {}: {message}",
+                    self.kind()
+                ),
             }),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(target: Value) -> ToolDecl {
+        ToolDecl {
+            name: "build".into(),
+            target,
+            input_schema: json!({"type": "object", "properties": {"dataset": {"type": "string"}, "limit": {"type": "integer"}}}),
+            keep_alive: None,
+        }
+    }
+
+    const WF: &str = "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec:\n  entrypoint: main\n  arguments:\n    parameters: [{name: dataset, value: none}]\n  templates: [{name: main, suspend: {}}]\n";
+
+    fn bound(target: Value) -> Result<BoundResource, ConfigError> {
+        let d = decl(target);
+        let t: ResourceTarget = d.target()?;
+        t.validate(&d, "jobs")
+    }
+
+    fn request(arguments: Value) -> StartRequest {
+        StartRequest {
+            run_name: "tg-run-1".into(),
+            arguments,
+            caller_tag: "0123456789abcdef".into(),
+            keep_alive: Some(Duration::from_secs(600)),
+        }
+    }
+
+    #[test]
+    fn places_are_only_plain_paths_under_spec() {
+        assert_eq!(
+            parse_place("spec.arguments.parameters[dataset]").unwrap(),
+            Place {
+                keys: vec!["spec".into(), "arguments".into(), "parameters".into()],
+                named: Some("dataset".into())
+            }
+        );
+        for bad in [
+            "metadata.labels.x",
+            "status.phase",
+            "spec",
+            "spec..a",
+            "spec.a[b].c",
+            "spec.a[]",
+            "spec.a[{{x}}]",
+            "spec.a b",
+            "spec.$x",
+        ] {
+            assert!(parse_place(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn arguments_enter_only_at_their_places() {
+        let b = bound(json!({"preset": "argo-workflow", "template": WF})).unwrap();
+        let o = render_object(
+            &b,
+            "build",
+            "jobs",
+            &request(json!({"limit": 5, "dataset": "sales"})),
+            Some(Duration::from_secs(600)),
+        )
+        .unwrap();
+        assert_eq!(
+            o["spec"]["arguments"]["parameters"],
+            json!([{"name": "dataset", "value": "sales"}, {"name": "limit", "value": "5"}])
+        );
+        assert_eq!(o["metadata"]["name"], "tg-run-1");
+        assert_eq!(o["metadata"]["namespace"], "jobs");
+        assert_eq!(o["metadata"]["labels"][LABEL_TOOL], "build");
+        assert_eq!(o["spec"]["ttlStrategy"]["secondsAfterCompletion"], 600);
+        let hash = o["metadata"]["annotations"][ANN_SPEC_HASH].clone();
+        // The same arguments in another order: the same hash; others: another.
+        let again = render_object(
+            &b,
+            "build",
+            "jobs",
+            &request(json!({"dataset": "sales", "limit": 5})),
+            Some(Duration::from_secs(600)),
+        )
+        .unwrap();
+        assert_eq!(again["metadata"]["annotations"][ANN_SPEC_HASH], hash);
+        let other = render_object(
+            &b,
+            "build",
+            "jobs",
+            &request(json!({"dataset": "x"})),
+            Some(Duration::from_secs(600)),
+        )
+        .unwrap();
+        assert_ne!(other["metadata"]["annotations"][ANN_SPEC_HASH], hash);
+        // Refused before reaching the cluster.
+        for bad in [
+            json!({"serviceAccountName": "admin"}),
+            json!({"dataset": "{{workflow.name}}"}),
+            json!({"dataset": ["{{=sprig.env('X')}}"]}),
+            json!({"dataset": "x".repeat(MAX_ARGUMENT_BYTES + 1)}),
+        ] {
+            assert!(
+                matches!(
+                    render_object(&b, "build", "jobs", &request(bad.clone()), None),
+                    Err(EngineError::InvalidInput { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn targets_are_checked_when_bound() {
+        assert!(bound(json!({"preset": "argo-workflow", "template": WF, "arguments": [{"argument": "dataset", "path": "metadata.name"}]})).is_err());
+        assert!(
+            bound(json!({"preset": "argo-workflow", "template": "kind: Job\nspec: {}\n"})).is_err()
+        );
+        assert!(bound(json!({"preset": "argo-workflow", "template": "metadata: {namespace: other}\nspec: {}\n"})).is_err());
+        assert!(bound(json!({"preset": "argo-workflow"})).is_err());
+        assert!(bound(json!({"preset": "argo-workflow", "template": WF, "bogus": 1})).is_err());
+        assert!(
+            bound(json!({"kind": "Thing", "template": "spec: {}"})).is_err(),
+            "api_version and phase are required without a preset"
+        );
+        let b =
+            bound(json!({"preset": "argo-workflow-template", "workflow_template": "etl"})).unwrap();
+        assert_eq!(b.template["spec"]["workflowTemplateRef"]["name"], "etl");
+        assert!(bound(json!({"preset": "argo-workflow-template"})).is_err());
+        assert!(bound(
+            json!({"preset": "argo-workflow-template", "workflow_template": "etl", "template": WF})
+        )
+        .is_err());
+        let generic = bound(json!({"api_version": "ray.io/v1", "kind": "RayJob", "template": "spec: {}",
+            "arguments": [{"argument": "dataset", "path": "spec.entrypoint"}],
+            "phase": {"path": "status.jobStatus", "completed": ["SUCCEEDED"], "failed": ["FAILED"], "cancelled": ["STOPPED"]}})).unwrap();
+        assert_eq!(generic.api.plural, "rayjobs");
+        assert_eq!(generic.api.group, "ray.io");
+    }
+
+    #[test]
+    fn argo_states_translate() {
+        let b = bound(json!({"preset": "argo-workflow", "template": WF})).unwrap();
+        let state = |o: Value| snapshot_of(&b, &o).state;
+        match state(json!({"status": {"phase": "Running", "progress": "3/5"}})) {
+            RunState::Working { message, progress } => {
+                assert_eq!(message.as_deref(), Some("Running"));
+                assert_eq!(
+                    progress,
+                    Some(Progress {
+                        done: 3.0,
+                        total: Some(5.0)
+                    })
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(state(json!({})), RunState::Working { .. }));
+        match state(
+            json!({"status": {"phase": "Succeeded", "outputs": {"parameters": [{"name": "report", "value": "42"}]}}}),
+        ) {
+            RunState::Completed(out) => {
+                assert!(!out.is_error);
+                assert_eq!(out.structured, Some(json!({"report": "42"})));
+            }
+            other => panic!("{other:?}"),
+        }
+        match state(
+            json!({"status": {"phase": "Failed", "message": "child 'x' failed", "nodes": {
+            "a": {"displayName": "wf", "phase": "Failed", "children": ["b"]},
+            "b": {"displayName": "build", "phase": "Failed", "message": "Error (exit code 3)"},
+            "c": {"displayName": "ok", "phase": "Succeeded"}}}}),
+        ) {
+            RunState::Completed(out) => {
+                assert!(out.is_error);
+                let text = format!("{:?}", out.content);
+                assert!(
+                    text.contains("step `build` Failed: Error (exit code 3)"),
+                    "{text}"
+                );
+                assert!(!text.contains("`wf`") && !text.contains("`ok`"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The cancel's mark wins over what the controller makes of the stop.
+        assert!(matches!(
+            state(
+                json!({"metadata": {"annotations": {ANN_CANCELLED: "true"}}, "status": {"phase": "Failed", "message": "Stopped with strategy 'Stop'"}})
+            ),
+            RunState::Cancelled { .. }
+        ));
     }
 }
