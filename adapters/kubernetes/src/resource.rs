@@ -141,6 +141,8 @@ pub(crate) struct BoundResource {
     pub(crate) cancel_patch: Value,
     pub(crate) ttl_path: Option<String>,
     pub(crate) pod_label: Option<String>,
+    /// Argo presets: a running `Suspend` node is a question for a person.
+    pub(crate) suspend_nodes: bool,
 }
 
 /// A parsed argument path.
@@ -413,6 +415,7 @@ impl ResourceTarget {
             cancel_patch,
             ttl_path: t.ttl_path,
             pod_label: t.pod_label,
+            suspend_nodes: preset.is_some(),
         })
     }
 }
@@ -572,6 +575,168 @@ fn failed_nodes(nodes: &Value) -> Vec<String> {
     out.into_iter().map(|(_, m)| m).collect()
 }
 
+/// Argo's running `Suspend` nodes, by node id.
+fn waiting_nodes(object: &Value) -> Vec<(&String, &Value)> {
+    at_path(object, "status.nodes")
+        .and_then(Value::as_object)
+        .map(|nodes| {
+            nodes
+                .iter()
+                .filter(|(_, n)| {
+                    n.get("type").and_then(Value::as_str) == Some("Suspend")
+                        && n.get("phase").and_then(Value::as_str) == Some("Running")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parameters a suspended node waits for (`valueFrom.supplied`).
+fn supplied_parameters(node: &Value) -> Vec<&Value> {
+    node.get("outputs")
+        .and_then(|o| o.get("parameters"))
+        .and_then(Value::as_array)
+        .map(|ps| {
+            ps.iter()
+                .filter(|p| p.get("valueFrom").and_then(|v| v.get("supplied")).is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One input request per running `Suspend` node (key: the node id): a flat
+/// object schema of its supplied parameters — strings, with the parameter's
+/// `enum`, `description` and `default`. An approval: the server's approver
+/// rules (`answer_access`, `four_eyes`) apply.
+fn suspend_requests(object: &Value) -> BTreeMap<String, taskgate_engine::InputRequest> {
+    let mut out = BTreeMap::new();
+    for (id, node) in waiting_nodes(object) {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for p in supplied_parameters(node) {
+            let Some(name) = p.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut prop = json!({"type": "string"});
+            if let Some(e) = p.get("enum").filter(|e| e.is_array()) {
+                prop["enum"] = e.clone();
+            }
+            if let Some(d) = p.get("description").and_then(Value::as_str) {
+                prop["description"] = json!(d);
+            }
+            match p.get("default").and_then(Value::as_str) {
+                Some(d) => prop["default"] = json!(d),
+                None => required.push(json!(name)),
+            }
+            properties.insert(name.to_owned(), prop);
+        }
+        let step = node
+            .get("displayName")
+            .and_then(Value::as_str)
+            .unwrap_or(id.as_str());
+        let message = match node.get("message").and_then(Value::as_str) {
+            Some(m) if !m.is_empty() => format!("Workflow step `{step}` waits for a person: {m}"),
+            _ => format!("Workflow step `{step}` waits for a person"),
+        };
+        out.insert(
+            id.clone(),
+            taskgate_engine::InputRequest {
+                message,
+                requested_schema: json!({"type": "object", "properties": properties, "required": required}),
+                approval: true,
+            },
+        );
+    }
+    out
+}
+
+/// The merge patch that answers the suspended node `id` as Argo's own `resume`
+/// (accept: the supplied parameters set, the node `Succeeded`) or `stop` of the
+/// node (decline: the node `Failed`) does. The answer must give a string for
+/// each parameter without a default, within its `enum`.
+pub(crate) fn answer_patch(
+    object: &Value,
+    id: &str,
+    accept: Option<&Value>,
+    now: &str,
+) -> Result<Value, EngineError> {
+    let Some((_, node)) = waiting_nodes(object).into_iter().find(|(k, _)| k.as_str() == id) else {
+        return Err(EngineError::Conflict {
+            message: format!("input request {id:?} is not outstanding"),
+        });
+    };
+    let version = at_path(object, "metadata.resourceVersion").cloned().unwrap_or(Value::Null);
+    let Some(content) = accept else {
+        return Ok(json!({
+            "metadata": {"resourceVersion": version},
+            "status": {"nodes": {id: {"phase": "Failed", "finishedAt": now,
+                                       "message": "declined through taskgate"}}},
+        }));
+    };
+    let empty = Map::new();
+    let given = content.as_object().unwrap_or(&empty);
+    let params: Vec<Value> = node
+        .get("outputs")
+        .and_then(|o| o.get("parameters"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let supplied: Vec<&str> = supplied_parameters(node)
+        .iter()
+        .filter_map(|p| p.get("name").and_then(Value::as_str))
+        .collect();
+    for key in given.keys() {
+        if !supplied.contains(&key.as_str()) {
+            return Err(EngineError::InvalidInput {
+                message: format!("the step does not ask for {key:?}"),
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for mut p in params {
+        let name = p.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if supplied.contains(&name.as_str()) {
+            let value = match (given.get(&name), p.get("default").and_then(Value::as_str)) {
+                (Some(Value::String(v)), _) => v.clone(),
+                (Some(_), _) => {
+                    return Err(EngineError::InvalidInput {
+                        message: format!("{name:?} must be a string"),
+                    })
+                }
+                (None, Some(d)) => d.to_owned(),
+                (None, None) => {
+                    return Err(EngineError::InvalidInput {
+                        message: format!("{name:?} is required"),
+                    })
+                }
+            };
+            if let Some(allowed) = p.get("enum").and_then(Value::as_array) {
+                if !allowed.iter().any(|a| a.as_str() == Some(value.as_str())) {
+                    return Err(EngineError::InvalidInput {
+                        message: format!("{name:?} must be one of {}", Value::Array(allowed.clone())),
+                    });
+                }
+            }
+            if value.contains("{{") {
+                return Err(EngineError::InvalidInput {
+                    message: format!("{name:?} holds template syntax (`{{{{`)"),
+                });
+            }
+            p["value"] = json!(value);
+            if let Some(o) = p.as_object_mut() {
+                o.remove("valueFrom");
+            }
+        }
+        out.push(p);
+    }
+    Ok(json!({
+        "metadata": {"resourceVersion": version},
+        "status": {"nodes": {id: {"phase": "Succeeded", "finishedAt": now,
+                                   "message": "resumed through taskgate",
+                                   "outputs": {"parameters": out}}}},
+    }))
+}
+
 /// Translates an object into a snapshot (pure).
 #[must_use]
 pub(crate) fn snapshot_of(bound: &BoundResource, object: &Value) -> Snapshot {
@@ -614,6 +779,18 @@ pub(crate) fn snapshot_of(bound: &BoundResource, object: &Value) -> Snapshot {
             lines.extend(failed_nodes(nodes));
         }
         RunState::Completed(ToolOutput::error(lines.join("\n")))
+    } else if let Some(requests) = bound
+        .suspend_nodes
+        .then(|| suspend_requests(object))
+        .filter(|r| !r.is_empty())
+    {
+        RunState::InputRequired {
+            requests,
+            message: Some(match message {
+                Some(m) => format!("waiting for a person: {m}"),
+                None => "waiting for a person".to_owned(),
+            }),
+        }
     } else {
         let progress = bound
             .progress_path
@@ -696,7 +873,7 @@ impl Pipeline for ResourcePipeline {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             cancel: true,
-            input: false,
+            input: self.bound.suspend_nodes,
             idempotent_start: true,
             locate: true,
             logs: self.bound.pod_label.is_some(),
@@ -782,6 +959,40 @@ impl Pipeline for ResourcePipeline {
             .patch_object(&self.bound.api, run, &patch)
             .await?;
         tracing::info!(tool = %self.tool, kind = %self.kind(), "object cancelled");
+        Ok(())
+    }
+
+    async fn answer(
+        &self,
+        run: &NativeRef,
+        key: &str,
+        response: &taskgate_engine::InputResponse,
+    ) -> Result<(), EngineError> {
+        if !self.bound.suspend_nodes {
+            return Err(EngineError::unsupported("answer input"));
+        }
+        let object = self.own_object(run).await?;
+        let accept = match response.action {
+            taskgate_engine::InputAction::Accept => {
+                Some(response.content.clone().unwrap_or_else(|| json!({})))
+            }
+            taskgate_engine::InputAction::Decline | taskgate_engine::InputAction::Cancel => None,
+        };
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let patch = answer_patch(&object, key, accept.as_ref(), &now)?;
+        match self.client.patch_object(&self.bound.api, run, &patch).await {
+            Ok(_) => {}
+            Err(EngineError::Conflict { .. } | EngineError::NotFound) => {
+                return Err(EngineError::Conflict {
+                    message: format!("input request {key:?} is not outstanding"),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+        tracing::info!(tool = %self.tool, kind = %self.kind(), action = ?response.action, "suspended step answered");
         Ok(())
     }
 
