@@ -495,7 +495,10 @@ async fn a_suspended_step_asks_a_person_and_takes_the_answer_or_fails_on_decline
     let file = c.file("wf.yaml", &approval_yaml());
     let s = c.setup(&tool(
         "release",
-        &format!(r#"preset = "argo-workflow", template_file = {}"#, serde_json::to_string(&file).unwrap()),
+        &format!(
+            r#"preset = "argo-workflow", template_file = {}"#,
+            serde_json::to_string(&file).unwrap()
+        ),
     ));
     let server = s.server().await;
     let m = server.client();
@@ -505,32 +508,64 @@ async fn a_suspended_step_asks_a_person_and_takes_the_answer_or_fails_on_decline
     assert_eq!(requests.len(), 1, "{asked}");
     let (key, request) = requests.iter().next().unwrap();
     let schema = &request["params"]["requestedSchema"];
-    assert_eq!(schema["properties"]["decision"]["enum"], json!(["ship", "hold"]), "{asked}");
-    assert_eq!(schema["properties"]["decision"]["description"], "Ship the release?");
-    assert!(request["params"]["message"].as_str().unwrap().contains("approve"), "{asked}");
+    assert_eq!(
+        schema["properties"]["decision"]["enum"],
+        json!(["ship", "hold"]),
+        "{asked}"
+    );
+    assert_eq!(
+        schema["properties"]["decision"]["description"],
+        "Ship the release?"
+    );
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("approve"),
+        "{asked}"
+    );
     // Outside the enum: refused, still waiting.
     let bad = m
-        .update(&task, json!({key.as_str(): {"action": "accept", "content": {"decision": "maybe"}}}))
+        .update(
+            &task,
+            json!({key.as_str(): {"action": "accept", "content": {"decision": "maybe"}}}),
+        )
         .await;
     assert_eq!(bad.error()["code"], -32602, "{:?}", bad.body);
     assert_eq!(m.get(&task).await["status"], "input_required");
     let ok = m
-        .update(&task, json!({key.as_str(): {"action": "accept", "content": {"decision": "ship"}}}))
+        .update(
+            &task,
+            json!({key.as_str(): {"action": "accept", "content": {"decision": "ship"}}}),
+        )
         .await;
     assert!(ok.is_ok(), "{:?}", ok.body);
     let done = m.until_status(&task, "completed", LIMIT).await;
-    assert_eq!(done["result"]["structuredContent"], json!({"decision": "ship"}), "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"decision": "ship"}),
+        "{done}"
+    );
 
     // Declined: the step fails as `argo stop` of the node does, naming it.
     let declined = m.start_task("release", json!({"dataset": "v2"})).await;
     let asked = m.until_status(&declined, "input_required", LIMIT).await;
-    let key = asked["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let key = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
     let reply = m
         .update(&declined, json!({key.as_str(): {"action": "decline"}}))
         .await;
     assert!(reply.is_ok(), "{:?}", reply.body);
     let done = m.until_status(&declined, "completed", LIMIT).await;
     assert_eq!(done["result"]["isError"], true, "{done}");
-    assert!(done["result"].to_string().contains("step `approve`"), "{done}");
+    assert!(
+        done["result"].to_string().contains("step `approve`"),
+        "{done}"
+    );
     c.done().await;
 }

@@ -660,12 +660,17 @@ pub(crate) fn answer_patch(
     accept: Option<&Value>,
     now: &str,
 ) -> Result<Value, EngineError> {
-    let Some((_, node)) = waiting_nodes(object).into_iter().find(|(k, _)| k.as_str() == id) else {
+    let Some((_, node)) = waiting_nodes(object)
+        .into_iter()
+        .find(|(k, _)| k.as_str() == id)
+    else {
         return Err(EngineError::Conflict {
             message: format!("input request {id:?} is not outstanding"),
         });
     };
-    let version = at_path(object, "metadata.resourceVersion").cloned().unwrap_or(Value::Null);
+    let version = at_path(object, "metadata.resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
     let Some(content) = accept else {
         return Ok(json!({
             "metadata": {"resourceVersion": version},
@@ -694,7 +699,11 @@ pub(crate) fn answer_patch(
     }
     let mut out = Vec::new();
     for mut p in params {
-        let name = p.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let name = p
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         if supplied.contains(&name.as_str()) {
             let value = match (given.get(&name), p.get("default").and_then(Value::as_str)) {
                 (Some(Value::String(v)), _) => v.clone(),
@@ -713,7 +722,10 @@ pub(crate) fn answer_patch(
             if let Some(allowed) = p.get("enum").and_then(Value::as_array) {
                 if !allowed.iter().any(|a| a.as_str() == Some(value.as_str())) {
                     return Err(EngineError::InvalidInput {
-                        message: format!("{name:?} must be one of {}", Value::Array(allowed.clone())),
+                        message: format!(
+                            "{name:?} must be one of {}",
+                            Value::Array(allowed.clone())
+                        ),
                     });
                 }
             }
@@ -1350,6 +1362,65 @@ mod tests {
                 json!({"metadata": {"annotations": {ANN_CANCELLED: "true"}}, "status": {"phase": "Failed", "message": "Stopped with strategy 'Stop'"}})
             ),
             RunState::Cancelled { .. }
+        ));
+    }
+
+    #[test]
+    fn a_suspended_node_asks_and_the_answer_resumes_or_fails_it() {
+        let b = bound(json!({"preset": "argo-workflow", "template": WF})).unwrap();
+        let object = json!({"metadata": {"resourceVersion": "7"}, "status": {"phase": "Running", "nodes": {
+            "wf-1": {"displayName": "approve", "type": "Suspend", "phase": "Running",
+                     "outputs": {"parameters": [
+                        {"name": "decision", "enum": ["ship", "hold"], "description": "Ship?", "valueFrom": {"supplied": {}}},
+                        {"name": "note", "default": "none", "valueFrom": {"supplied": {}}},
+                        {"name": "fixed", "value": "x"}]}},
+            "wf-0": {"displayName": "wf", "type": "Steps", "phase": "Running"}}}});
+        let RunState::InputRequired { requests, .. } = snapshot_of(&b, &object).state else {
+            panic!("not input required");
+        };
+        let r = &requests["wf-1"];
+        assert!(r.approval);
+        assert!(r.message.contains("`approve`"));
+        assert_eq!(
+            r.requested_schema["properties"]["decision"],
+            json!({"type": "string", "enum": ["ship", "hold"], "description": "Ship?"})
+        );
+        assert_eq!(r.requested_schema["properties"]["note"]["default"], "none");
+        assert_eq!(r.requested_schema["required"], json!(["decision"]));
+        assert!(r.requested_schema["properties"].get("fixed").is_none());
+
+        let now = "2026-12-07T00:00:00Z";
+        let patch = answer_patch(&object, "wf-1", Some(&json!({"decision": "ship"})), now).unwrap();
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        let node = &patch["status"]["nodes"]["wf-1"];
+        assert_eq!(node["phase"], "Succeeded");
+        assert_eq!(
+            node["outputs"]["parameters"],
+            json!([
+            {"name": "decision", "enum": ["ship", "hold"], "description": "Ship?", "value": "ship"},
+            {"name": "note", "default": "none", "value": "none"},
+            {"name": "fixed", "value": "x"}])
+        );
+        let declined = answer_patch(&object, "wf-1", None, now).unwrap();
+        assert_eq!(declined["status"]["nodes"]["wf-1"]["phase"], "Failed");
+        for bad in [
+            json!({"decision": "maybe"}),
+            json!({}),
+            json!({"decision": 1}),
+            json!({"decision": "ship", "fixed": "y"}),
+            json!({"decision": "ship", "note": "{{x}}"}),
+        ] {
+            assert!(
+                matches!(
+                    answer_patch(&object, "wf-1", Some(&bad), now),
+                    Err(EngineError::InvalidInput { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            answer_patch(&object, "wf-0", None, now),
+            Err(EngineError::Conflict { .. })
         ));
     }
 }
