@@ -286,12 +286,10 @@ async fn a_workflow_succeeds_with_its_output_parameters_as_the_result() {
     play_executor(&c, "42 rows").await;
     let done = m.wait_terminal(&task, LIMIT).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let result = m.request("tasks/result", json!({"taskId": task})).await;
     assert_eq!(
-        result.result()["structuredContent"],
+        done["result"]["structuredContent"],
         json!({"report": "42 rows"}),
-        "{:?}",
-        result.body
+        "{done}"
     );
     // Logs: the step's pod (kwok's canned log).
     let logs = m.call("taskgate_logs", json!({"taskId": task})).await;
@@ -430,13 +428,23 @@ async fn hostile_arguments_never_reach_the_cluster() {
         return;
     };
     let file = c.file("wf.yaml", &workflow_yaml(json!({})));
-    let s = c.setup(&tool(
-        "build",
+    let file = serde_json::to_string(&file).unwrap();
+    let narrow = tool_entry(
+        "narrow",
+        "An Argo Workflow",
+        "k8s",
+        r#"{ type = "object", properties = { dataset = { type = "string" }, limit = { type = "integer" } } }"#,
         &format!(
-            r#"preset = "argo-workflow", template_file = {}"#,
-            serde_json::to_string(&file).unwrap()
+            r#"preset = "argo-workflow", template_file = {file}, arguments = [{{ argument = "dataset", path = "spec.arguments.parameters[dataset]" }}]"#
         ),
-    ));
+    );
+    let s = c.setup(
+        &(tool(
+            "build",
+            &format!(r#"preset = "argo-workflow", template_file = {file}"#),
+        ) + "\n"
+            + &narrow),
+    );
     let server = s.server().await;
     let m: Client = server.client();
     for (bad, why) in [
@@ -448,15 +456,20 @@ async fn hostile_arguments_never_reach_the_cluster() {
             json!({"dataset": "x{{=sprig.env('HOME')}}"}),
             "template syntax",
         ),
+        // Not in the schema: the server refuses it.
         (
             json!({"dataset": "ok", "serviceAccountName": "admin"}),
-            "no declared place",
+            "undeclared",
         ),
     ] {
         let reply = m.call("build", bad.clone()).await;
         let refused = reply.body.to_string();
         assert!(refused.contains(why), "{bad}: {refused}");
     }
+    // In the schema but given no place in the object: the engine refuses it.
+    let reply = m.call("narrow", json!({"dataset": "ok", "limit": 5})).await;
+    let refused = reply.body.to_string();
+    assert!(refused.contains("no declared place"), "{refused}");
     let list = c.workflows().list(&ListParams::default()).await.unwrap();
     assert!(list.items.is_empty(), "nothing reached the cluster");
     c.done().await;

@@ -110,8 +110,9 @@ pub struct ResourceTarget {
     pub progress_path: Option<String>,
     /// The dotted path of a status message (Argo `status.message`).
     pub message_path: Option<String>,
-    /// The dotted path of the result (Argo `status.outputs.parameters`: a list
-    /// of `{name, value}` becomes an object).
+    /// The dotted path of the result; `{name}` stands for the object's name
+    /// (Argo `status.nodes.{name}.outputs.parameters`, the root node's outputs:
+    /// a list of `{name, value}` becomes an object).
     pub result_path: Option<String>,
     /// The dotted path of a map of nodes whose failed ones explain a failure
     /// (Argo `status.nodes`: each node's `displayName`, `phase`, `message`).
@@ -260,8 +261,9 @@ impl ResourceTarget {
             .get_or_insert_with(|| "status.progress".into());
         self.message_path
             .get_or_insert_with(|| "status.message".into());
+        // Argo keeps the entrypoint's outputs on the root node (id = the name).
         self.result_path
-            .get_or_insert_with(|| "status.outputs.parameters".into());
+            .get_or_insert_with(|| "status.nodes.{name}.outputs.parameters".into());
         self.nodes_path.get_or_insert_with(|| "status.nodes".into());
         self.cancel_patch
             .get_or_insert_with(|| json!({"spec": {"shutdown": "Stop"}}));
@@ -769,10 +771,13 @@ pub(crate) fn snapshot_of(bound: &BoundResource, object: &Value) -> Snapshot {
     } else if bound.phase.cancelled.iter().any(|v| v == phase) {
         RunState::Cancelled { message }
     } else if bound.phase.completed.iter().any(|v| v == phase) {
+        let name = at_path(object, "metadata.name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let structured = bound
             .result_path
             .as_deref()
-            .and_then(|p| at_path(object, p))
+            .and_then(|p| at_path(object, &p.replace("{name}", name)))
             .and_then(result_value);
         let text = match &structured {
             Some(v) => v.to_string(),
@@ -1331,7 +1336,7 @@ mod tests {
         }
         assert!(matches!(state(json!({})), RunState::Working { .. }));
         match state(
-            json!({"status": {"phase": "Succeeded", "outputs": {"parameters": [{"name": "report", "value": "42"}]}}}),
+            json!({"metadata": {"name": "wf"}, "status": {"phase": "Succeeded", "nodes": {"wf": {"outputs": {"parameters": [{"name": "report", "value": "42"}]}}}}}),
         ) {
             RunState::Completed(out) => {
                 assert!(!out.is_error);
@@ -1422,5 +1427,51 @@ mod tests {
             answer_patch(&object, "wf-0", None, now),
             Err(EngineError::Conflict { .. })
         ));
+    }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/tests/fixtures/argo/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn captured_workflows_translate() {
+        let b = bound(json!({"preset": "argo-workflow", "template": WF})).unwrap();
+        let object = fixture("workflow-suspended.json");
+        // Through DynamicObject, as the pipeline reads it.
+        let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        let object = serde_json::to_value(dynamic).unwrap();
+        match snapshot_of(&b, &object).state {
+            RunState::InputRequired { requests, .. } => {
+                let (key, r) = requests.iter().next().unwrap();
+                assert!(key.ends_with("-57393458"), "{key}");
+                assert_eq!(
+                    r.requested_schema["properties"]["decision"]["enum"],
+                    json!(["ship", "hold"])
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Captured from the controller after taskgate's test acted as the
+        // executor (WorkflowTaskResult): the root node carries the outputs.
+        match snapshot_of(&b, &fixture("workflow-ok.json")).state {
+            RunState::Completed(out) => {
+                assert!(!out.is_error);
+                assert_eq!(out.structured, Some(json!({"report": "42 rows"})));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A step failed with exit code 3 under kwok: the step is named.
+        match snapshot_of(&b, &fixture("workflow-failed.json")).state {
+            RunState::Completed(out) => {
+                assert!(out.is_error);
+                let text = format!("{:?}", out.content);
+                assert!(
+                    text.contains("step `build` Failed: main: Error (exit code 3)"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
