@@ -582,3 +582,97 @@ async fn a_suspended_step_asks_a_person_and_takes_the_answer_or_fails_on_decline
     );
     c.done().await;
 }
+
+/// Open WATCH requests on Workflows in the apiserver, from its `/metrics`.
+async fn workflow_watches(admin: &kube::Client) -> u64 {
+    let request = axum::http::Request::get("/metrics")
+        .body(Vec::new())
+        .unwrap();
+    let text = admin
+        .request_text(request)
+        .await
+        .expect("apiserver /metrics");
+    common::metric_sum(
+        &text,
+        "apiserver_longrunning_requests",
+        &[("resource", "workflows"), ("verb", "WATCH")],
+    )
+}
+
+async fn listen(server: &common::Server, id: &str, task: &str) -> common::SseReader {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+        "params": { "notifications": { "taskIds": [task] }, "_meta": common::modern_meta(true) } });
+    let response = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", common::MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /mcp");
+    common::SseReader::new(response)
+}
+
+/// A listened Workflow: a watch on it while the stream is open (the
+/// controller's own watches counted in the baseline), none and no engine call
+/// once it closes; the completion arrives as a notification with the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listened_workflow_is_watched_and_notified_on_completion() {
+    let Some(c) = Cluster::new("listen").await else {
+        return;
+    };
+    let file = c.file(
+        "wf.yaml",
+        &workflow_yaml(json!({"taskgate.test/duration": "3s"})),
+    );
+    let s = c.setup(&tool(
+        "build",
+        &format!(
+            r#"preset = "argo-workflow", template_file = {}"#,
+            serde_json::to_string(&file).unwrap()
+        ),
+    ));
+    let server = s.server().await;
+    let m = server.client();
+    let baseline = workflow_watches(&c.admin).await;
+    let task = m.start_task("build", json!({"dataset": "listened"})).await;
+    let mut stream = listen(&server, "wf", &task).await;
+    stream.next(LIMIT).await.expect("ack");
+    wait_for("taskgate's watch on the Workflow", LIMIT, || async {
+        let n = workflow_watches(&c.admin).await;
+        (n > baseline).then_some(()).ok_or_else(|| n.to_string())
+    })
+    .await;
+    play_executor(&c, "pushed").await;
+    let done = loop {
+        let n = stream
+            .next(LIMIT)
+            .await
+            .expect("notifications until the result");
+        assert_eq!(n["method"], "notifications/tasks", "{n}");
+        if n["params"]["status"] == "completed" {
+            break n;
+        }
+    };
+    assert_eq!(
+        done["params"]["result"]["structuredContent"],
+        json!({"report": "pushed"}),
+        "{done}"
+    );
+    drop(stream);
+    wait_for("no watch of taskgate's left", LIMIT, || async {
+        let n = workflow_watches(&c.admin).await;
+        (n <= baseline).then_some(()).ok_or_else(|| n.to_string())
+    })
+    .await;
+    let calls = server.engine_calls().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        server.engine_calls().await,
+        calls,
+        "no engine call while nothing asks"
+    );
+    c.done().await;
+}

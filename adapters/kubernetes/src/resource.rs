@@ -781,7 +781,7 @@ pub(crate) fn snapshot_of(bound: &BoundResource, object: &Value) -> Snapshot {
             .and_then(result_value);
         let text = match &structured {
             Some(v) => v.to_string(),
-            None => message.unwrap_or_else(|| format!("{phase}")),
+            None => message.unwrap_or_else(|| phase.to_owned()),
         };
         RunState::Completed(ToolOutput {
             structured,
