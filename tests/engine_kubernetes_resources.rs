@@ -676,3 +676,74 @@ async fn a_listened_workflow_is_watched_and_notified_on_completion() {
     );
     c.done().await;
 }
+
+fn check_config(s: &Setup) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskgate"))
+        .args(["check-config", "--config"])
+        .arg(&s.config)
+        .envs(s.env().iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("run check-config");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// check-config: the access review of every verb the target needs, and a
+/// server-side dry run of the rendered Workflow; a kind the Role does not grant,
+/// and a Role without `patch` on workflows, are named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_reviews_access_and_dry_runs_the_template() {
+    let Some(c) = Cluster::new("check").await else {
+        return;
+    };
+    let file = serde_json::to_string(&c.file("wf.yaml", &workflow_yaml(json!({})))).unwrap();
+    let good = c.setup(&tool(
+        "build",
+        &format!(r#"preset = "argo-workflow", template_file = {file}"#),
+    ));
+    let (ok, out) = check_config(&good);
+    assert!(ok, "{out}");
+    assert!(out.contains("dry run"), "{out}");
+    assert!(
+        c.workflows()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the dry run created a Workflow"
+    );
+
+    let missing = c.setup(&tool(
+        "ghost",
+        r#"api_version = "example.com/v1", kind = "Ghost", template = "spec: {}", phase = { path = "status.phase" }"#,
+    ));
+    let (ok, out) = check_config(&missing);
+    assert!(!ok, "{out}");
+    // The Role grants nothing on it (the review comes first: an API server
+    // answers 403 before 404 for a kind it does not serve).
+    assert!(
+        out.contains("lacks: create, get, list, watch, patch on ghosts.example.com"),
+        "{out}"
+    );
+
+    // Without patch on workflows: named before any dry run.
+    let roles: Api<Role> = Api::namespaced(c.admin.clone(), &c.ns);
+    let mut role = roles.get("taskgate-workflows").await.unwrap();
+    role.rules.as_mut().unwrap()[0].verbs =
+        vec!["create".into(), "get".into(), "list".into(), "watch".into()];
+    roles
+        .replace("taskgate-workflows", &PostParams::default(), &role)
+        .await
+        .unwrap();
+    let (ok, out) = check_config(&good);
+    assert!(!ok, "{out}");
+    assert!(out.contains("patch workflows.argoproj.io"), "{out}");
+    c.done().await;
+}

@@ -440,6 +440,38 @@ impl KubeClient {
     }
 }
 
+impl KubeClient {
+    /// Whether this identity may `verb` the resource `ar` in the namespace
+    /// (SelfSubjectAccessReview, allowed to every authenticated identity).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn may(&self, verb: &str, ar: &kube::core::ApiResource) -> Result<bool, EngineError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some(verb.into()),
+                    group: Some(ar.group.clone()),
+                    resource: Some(ar.plural.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))
+            .map_err(|e| map_error("create selfsubjectaccessreviews.authorization.k8s.io", e))
+    }
+}
+
 /// `workflows.argoproj.io`: the resource as RBAC names it.
 fn resource_name(ar: &kube::core::ApiResource) -> String {
     if ar.group.is_empty() {

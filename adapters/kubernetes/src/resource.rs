@@ -1158,11 +1158,37 @@ impl Pipeline for ResourcePipeline {
             serde_json::from_value(rendered).map_err(|e| EngineError::InvalidInput {
                 message: e.to_string(),
             })?;
+        let mut missing = Vec::new();
+        for verb in ["create", "get", "list", "watch", "patch"] {
+            if !self.client.may(verb, &self.bound.api).await? {
+                missing.push(verb);
+            }
+        }
+        let resource = format!("{}.{}", self.bound.api.plural, self.bound.api.group);
+        if !missing.is_empty() {
+            return Err(EngineError::PermissionDenied {
+                action: format!(
+                    "{} {resource} in namespace {}",
+                    missing[0],
+                    self.client.namespace()
+                ),
+                message: format!(
+                    "the Role of taskgate's identity lacks: {} on {resource}",
+                    missing.join(", ")
+                ),
+            });
+        }
         match self
             .client
             .create_object(&self.bound.api, &object, true)
             .await
         {
+            Err(EngineError::NotFound) => Err(EngineError::InvalidInput {
+                message: format!(
+                    "the API server does not serve {resource} ({} {}): is its CRD installed?",
+                    self.bound.api.api_version, self.bound.api.kind
+                ),
+            }),
             Ok(_) => Ok(vec![format!(
                 "the {} template renders and passes a server-side dry run in namespace {}",
                 self.kind(),
