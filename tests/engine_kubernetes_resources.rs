@@ -747,3 +747,50 @@ async fn check_config_reviews_access_and_dry_runs_the_template() {
     assert!(out.contains("patch workflows.argoproj.io"), "{out}");
     c.done().await;
 }
+
+/// Preset `argo-workflow-template`: the tool names a WorkflowTemplate; the
+/// Workflow refers to it (`spec.workflowTemplateRef`) with the arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_template_runs_by_reference() {
+    let Some(c) = Cluster::new("wftmpl").await else {
+        return;
+    };
+    let mut template: Value = serde_yaml::from_str(&workflow_yaml(json!({}))).unwrap();
+    template["kind"] = json!("WorkflowTemplate");
+    template["metadata"] = json!({"name": "etl"});
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        c.admin.clone(),
+        &c.ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "WorkflowTemplate"),
+            "workflowtemplates",
+        ),
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(template).unwrap(),
+    )
+    .await
+    .expect("WorkflowTemplate");
+    let s = c.setup(&tool(
+        "etl",
+        r#"preset = "argo-workflow-template", workflow_template = "etl""#,
+    ));
+    let server = s.server().await;
+    let m = server.client();
+    let task = m.start_task("etl", json!({"dataset": "orders"})).await;
+    let wf = c.workflow().await;
+    assert_eq!(wf["spec"]["workflowTemplateRef"]["name"], "etl", "{wf}");
+    assert_eq!(
+        wf["spec"]["arguments"]["parameters"],
+        json!([{"name": "dataset", "value": "orders"}])
+    );
+    play_executor(&c, "by reference").await;
+    let done = m.wait_terminal(&task, LIMIT).await;
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"report": "by reference"}),
+        "{done}"
+    );
+    c.done().await;
+}
