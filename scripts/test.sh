@@ -66,6 +66,9 @@ cleanup() {
         wait "$airflow_up_pid" 2>/dev/null || true
     fi
     [ -x scripts/airflow/down.sh ] && scripts/airflow/down.sh >/dev/null 2>&1 || true
+    if [ -n "${TASKGATE_ARGO_ENV:-}" ] && [ -x scripts/argo/down.sh ]; then
+        scripts/argo/down.sh "$TASKGATE_KUBECONFIG" >/dev/null 2>&1 || true
+    fi
     if [ -n "${TASKGATE_K8S_STARTED:-}" ] && [ -x scripts/k8s/cluster-down.sh ]; then
         scripts/k8s/cluster-down.sh >/dev/null 2>&1 || true
     fi
@@ -78,6 +81,13 @@ k8s_build_pid=""
 if [ -x scripts/k8s/build-tools.sh ]; then
     scripts/k8s/build-tools.sh >"$TASKGATE_CACHE/k8s-build-tools.log" 2>&1 &
     k8s_build_pid=$!
+fi
+# The Argo Workflows controller (Go, pinned v4.0.5, for the private cluster only)
+# likewise; scripts/argo/up.sh waits on its lock.
+argo_build_pid=""
+if [ -x scripts/argo/build.sh ]; then
+    nice -n 10 scripts/argo/build.sh >"$TASKGATE_CACHE/argo-build.log" 2>&1 &
+    argo_build_pid=$!
 fi
 # Helm (Go, from its module) likewise; tests/helm/chart.sh waits on its lock.
 if [ -x scripts/helm/install.sh ]; then
@@ -199,6 +209,19 @@ if [ -x scripts/k8s/cluster-up.sh ]; then
         export TASKGATE_K8S_STARTED=1
     else
         echo "the Kubernetes control plane could not be started"
+    fi
+fi
+# The Argo controller on that control plane (tests/engine_kubernetes_resources.rs).
+if [ -n "${TASKGATE_KUBECONFIG:-}" ] && [ -x scripts/argo/up.sh ]; then
+    if [ -n "$argo_build_pid" ] && ! wait "$argo_build_pid"; then
+        echo "building the Argo controller failed:"
+        tail -n 30 "$TASKGATE_CACHE/argo-build.log"
+    elif argo_env=$(scripts/argo/up.sh "$TASKGATE_KUBECONFIG" 2>"$TASKGATE_CACHE/argo-up.log" | tail -n 1) \
+            && [ -f "$argo_env" ]; then
+        export TASKGATE_ARGO_ENV="$argo_env"
+    else
+        echo "the Argo controller could not be started:"
+        tail -n 30 "$TASKGATE_CACHE/argo-up.log"
     fi
 fi
 

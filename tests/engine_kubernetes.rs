@@ -432,8 +432,12 @@ async fn a_failing_job_is_a_tool_error_with_its_reason() {
     c.done().await;
 }
 
+/// Issue 38: a cancel (default `cancel`) stops the Job's pods and leaves the Job
+/// marked, so the task reads `cancelled` afterwards in every dialect (a deleted
+/// Job would read "not found"); the Job ends through its own deadline and its
+/// TTL (the tool's keep_alive) removes it later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_deletes_the_job_upstream() {
+async fn cancel_stops_the_pods_and_reads_cancelled_in_every_dialect() {
     let Some(c) = Cluster::new("cancel").await else {
         return;
     };
@@ -447,42 +451,117 @@ async fn cancel_deletes_the_job_upstream() {
         &format!("template_file = {}", toml_string(&file)),
     ));
     let server = s.server().await;
-    let m = server.client();
-    let task = m.start_task("long", json!({})).await;
-    until_message(&m, &task, "1 active").await;
-    let job = c.only_job().await;
-    let name = job.metadata.name.clone().unwrap();
-    let uid = job.metadata.uid.clone().unwrap();
 
-    let cancelled = m.cancel_reply(&task).await;
+    // 2026-07-28 tasks.
+    let m = server.client();
+    let modern = m.start_task("long", json!({"dataset": "modern"})).await;
+    until_message(&m, &modern, "1 active").await;
+    // 2025-11-25 tasks.
+    let l25 = Legacy::connect(&server.url(), "2025-11-25", json!({"tasks": {}})).await;
+    let legacy = l25.start_task("long", json!({"dataset": "legacy"})).await;
+    // SEP-1391 operations.
+    let op = Legacy::connect(
+        &server.url(),
+        "2025-06-18",
+        json!({"experimental": {"taskgate/sep-1391": {}}}),
+    )
+    .await;
+    let token = format!("op-cancel-{}", c.ns);
+    let call_id = op.next_id();
+    let started = op
+        .post(
+            &json!({ "jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                       "params": { "name": "long", "arguments": {"dataset": "sep"},
+                                   "operation": { "token": token } } }),
+        )
+        .await;
+    assert_eq!(
+        started.result()["operation"]["status"],
+        "submitted",
+        "{:?}",
+        started.body
+    );
+    let pods = c.pods();
+    wait_for("three running pods", LIMIT, || async {
+        let list = pods.list(&ListParams::default()).await.expect("pods");
+        let running = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == 3 {
+            Ok(())
+        } else {
+            Err(format!("{running} running"))
+        }
+    })
+    .await;
+
+    let cancelled = m.cancel_reply(&modern).await;
     assert_eq!(
         cancelled.result()["resultType"],
         "complete",
         "{:?}",
         cancelled.body
     );
-    // Upstream: the Job is gone, then its pods.
-    let jobs = c.jobs();
-    wait_for("the Job to be deleted", LIMIT, || async {
-        match jobs.get_opt(&name).await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{:?}", other.map(|j| j.map(|j| j.metadata)))),
-        }
-    })
-    .await;
-    let pods = c.pods();
-    wait_for("the Job's pods to be deleted", LIMIT, || async {
-        let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
-        match pods.list(&lp).await {
+    let now = m.get_reply(&modern).await;
+    assert_eq!(now.result()["status"], "cancelled", "{:?}", now.body);
+    let reply = l25.request("tasks/cancel", json!({"taskId": legacy})).await;
+    assert_eq!(reply.result()["status"], "cancelled", "{:?}", reply.body);
+    let code = op
+        .notify(
+            "notifications/cancelled",
+            json!({ "requestId": call_id, "_operation": { "token": token } }),
+        )
+        .await;
+    assert_eq!(code, 202);
+
+    // Upstream: every pod is gone, every Job ended (DeadlineExceeded) and
+    // stays, marked as cancelled, with its TTL (the keep_alive) to remove it.
+    wait_for("the pods to be deleted", LIMIT, || async {
+        match pods.list(&ListParams::default()).await {
             Ok(list) if list.items.is_empty() => Ok(()),
             other => Err(format!("{:?}", other.map(|l| l.items.len()))),
         }
     })
     .await;
-    // The engine keeps nothing: a deleted Job reads as an unknown task
-    // (adapters/kubernetes/README.md, "Cancel").
-    let after = m.get_reply(&task).await;
-    assert_eq!(after.error()["code"], -32602, "{:?}", after.body);
+    wait_for("the Jobs to end", LIMIT, || async {
+        let jobs = c.all_jobs().await;
+        if jobs.len() == 3 && jobs.iter().all(|j| has_condition(j, "Failed")) {
+            Ok(jobs)
+        } else {
+            Err(format!(
+                "{:?}",
+                jobs.iter().map(|j| &j.status).collect::<Vec<_>>()
+            ))
+        }
+    })
+    .await;
+    for job in c.all_jobs().await {
+        let annotations = job.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations.get("taskgate.io/cancelled").map(String::as_str),
+            Some("true"),
+            "{:?}",
+            job.metadata
+        );
+        assert!(
+            job.spec
+                .as_ref()
+                .unwrap()
+                .ttl_seconds_after_finished
+                .is_some_and(|ttl| ttl >= 3600),
+            "{:?}",
+            job.spec
+        );
+    }
+    // Each dialect reads the task as cancelled after the Job ended.
+    let after = m.get(&modern).await;
+    assert_eq!(after["status"], "cancelled", "{after}");
+    let after = l25.request("tasks/get", json!({"taskId": legacy})).await;
+    assert_eq!(after.result()["status"], "cancelled", "{:?}", after.body);
+    let after = op.op_status(&token).await;
+    assert_eq!(after.result()["status"], "canceled", "{:?}", after.body);
     c.done().await;
 }
 

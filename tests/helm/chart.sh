@@ -81,6 +81,16 @@ for v in "${values[@]}"; do
   check "helm lint --strict -f $(basename "$v")" "$helm" lint --strict "$chart" -f "$v"
 done
 
+# Resource targets: the Role grants each resource a tool runs, once.
+role=$("$helm" template tg "$chart" "${with_caller[@]}" -f tests/helm/resource-targets-values.yaml \
+       --show-only templates/rbac.yaml 2>&1 || true)
+if [[ "$(grep -c 'resources: \["workflows"\]' <<<"$role")" == 1 \
+      && "$role" == *'apiGroups: ["ray.io"]'*'resources: ["rayjobs"]'*'verbs: ["create", "get", "list", "watch", "patch"]'* ]]; then
+  ok "the Role grants the resources of the tools' resource targets"
+else
+  bad "the Role for resource targets: $role"
+fi
+
 # --------------------------------------------------- 2. no secrets in values --
 refused() { # description, expected message fragment, helm args...
   local what=$1 want=$2; shift 2

@@ -315,6 +315,173 @@ impl KubeClient {
     }
 }
 
+/// Calls on objects of any kind (`resource` targets, issue 38). New functions
+/// beside the Job ones; errors map like theirs.
+impl KubeClient {
+    fn objects(&self, ar: &kube::core::ApiResource) -> Api<kube::core::DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, ar)
+    }
+
+    /// Creates an object (`dry_run`: validated by the server, not persisted).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`]; an existing name is [`Created::AlreadyExists`].
+    pub async fn create_object(
+        &self,
+        ar: &kube::core::ApiResource,
+        object: &kube::core::DynamicObject,
+        dry_run: bool,
+    ) -> Result<Created, EngineError> {
+        let params = PostParams {
+            dry_run,
+            field_manager: Some(FIELD_MANAGER.into()),
+        };
+        match self.objects(ar).create(&params, object).await {
+            Ok(_) => Ok(Created::Job),
+            Err(kube::Error::Api(status))
+                if status.code == 409 && status.reason == "AlreadyExists" =>
+            {
+                Ok(Created::AlreadyExists)
+            }
+            Err(e) => Err(map_error(&self.action("create", &resource_name(ar)), e)),
+        }
+    }
+
+    /// Reads one object.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn get_object(
+        &self,
+        ar: &kube::core::ApiResource,
+        name: &str,
+    ) -> Result<kube::core::DynamicObject, EngineError> {
+        self.objects(ar)
+            .get(name)
+            .await
+            .map_err(|e| map_error(&self.action("get", &resource_name(ar)), e))
+    }
+
+    /// Applies a JSON merge patch to an object.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn patch_object(
+        &self,
+        ar: &kube::core::ApiResource,
+        name: &str,
+        patch: &Value,
+    ) -> Result<kube::core::DynamicObject, EngineError> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.objects(ar)
+            .patch(name, &params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| map_error(&self.action("patch", &resource_name(ar)), e))
+    }
+
+    /// The pods matching a label selector.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn pods_labelled(&self, selector: &str) -> Result<Vec<Pod>, EngineError> {
+        self.pods()
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map(|l| l.items)
+            .map_err(|e| map_error(&self.action("list", "pods"), e))
+    }
+
+    /// Watches one object from `resource_version` for at most `timeout`.
+    /// Yields the object after each change; `None` when it was deleted.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`]; errors inside the stream likewise.
+    pub async fn watch_object(
+        &self,
+        ar: &kube::core::ApiResource,
+        name: &str,
+        resource_version: &str,
+        timeout: Duration,
+    ) -> Result<
+        impl Stream<Item = Result<Option<kube::core::DynamicObject>, EngineError>> + Send + use<>,
+        EngineError,
+    > {
+        let secs = u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(secs);
+        let action = self.action("watch", &resource_name(ar));
+        let stream = self
+            .objects(ar)
+            .watch(&params, resource_version)
+            .await
+            .map_err(|e| map_error(&action, e))?;
+        Ok(stream.filter_map(move |event| {
+            let action = action.clone();
+            async move {
+                match event {
+                    Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Some(Ok(Some(o))),
+                    Ok(WatchEvent::Deleted(_)) => Some(Ok(None)),
+                    Ok(WatchEvent::Bookmark(_)) => None,
+                    Ok(WatchEvent::Error(status)) => {
+                        Some(Err(map_error(&action, kube::Error::Api(status))))
+                    }
+                    Err(e) => Some(Err(map_error(&action, e))),
+                }
+            }
+        }))
+    }
+}
+
+impl KubeClient {
+    /// Whether this identity may `verb` the resource `ar` in the namespace
+    /// (SelfSubjectAccessReview, allowed to every authenticated identity).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn may(&self, verb: &str, ar: &kube::core::ApiResource) -> Result<bool, EngineError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some(verb.into()),
+                    group: Some(ar.group.clone()),
+                    resource: Some(ar.plural.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))
+            .map_err(|e| map_error("create selfsubjectaccessreviews.authorization.k8s.io", e))
+    }
+}
+
+/// `workflows.argoproj.io`: the resource as RBAC names it.
+fn resource_name(ar: &kube::core::ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
 fn context_key(settings: &EngineSettings) -> &'static str {
     if settings.context.is_some() {
         "context"

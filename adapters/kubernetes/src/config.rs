@@ -95,9 +95,12 @@ pub struct ToolTarget {
     /// the call that started the run, and with the tool's `four_eyes` not by
     /// its starter; the tool's `answer_access` says who may answer.
     pub approval: Option<Approval>,
-    /// What cancelling a task does: `delete` (default) deletes the Job with
-    /// background propagation, `suspend` suspends it (its pods are stopped; the
-    /// Job stays, reads as cancelled, and is removed by its TTL or by hand).
+    /// What cancelling a task does: `stop` (default; `delete` is its former
+    /// name) ends the Job through its own deadline (its pods are deleted, the
+    /// Job stays marked `taskgate.io/cancelled`, reads as cancelled and is
+    /// removed by its TTL, the tool's keep_alive); `suspend` suspends it (its
+    /// pods are stopped; the Job stays, reads as cancelled, and is removed by
+    /// hand: a suspended Job never finishes, so no TTL applies).
     #[serde(default)]
     pub cancel: CancelMode,
     /// How many lines of the pod's log a finished task's result carries
@@ -130,9 +133,17 @@ pub struct Approval {
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum CancelMode {
-    /// Delete the Job (background propagation: its pods go after it).
+    /// One merge patch: the annotation `taskgate.io/cancelled: "true"`,
+    /// `spec.activeDeadlineSeconds: 1`, `spec.parallelism: 0` and
+    /// `spec.suspend: false`. The Job controller deletes the pods and ends the
+    /// Job (`Failed`, `DeadlineExceeded`), which then reads as cancelled until
+    /// `ttlSecondsAfterFinished` removes it. A Job waiting for approval ends
+    /// the same way without ever making a pod (parallelism 0). `delete`, the
+    /// earlier name of this mode, means the same: a Job deleted at once would
+    /// read "not found" instead of cancelled.
     #[default]
-    Delete,
+    #[serde(alias = "delete")]
+    Stop,
     /// Set `spec.suspend = true`: the Job controller stops its pods.
     Suspend,
 }
@@ -451,7 +462,7 @@ mod tests {
         let b = target(json!({"template": YAML})).unwrap();
         assert_eq!(b.container, "main");
         assert_eq!(b.args_json_env.as_deref(), Some(DEFAULT_ARGS_JSON_ENV));
-        assert_eq!(b.cancel, CancelMode::Delete);
+        assert_eq!(b.cancel, CancelMode::Stop);
         assert_eq!(b.log_lines, DEFAULT_LOG_LINES);
         let b = target(json!({"template": YAML, "container": "side", "args_env_prefix": "ARG_", "cancel": "suspend"})).unwrap();
         assert_eq!(b.container, "side");

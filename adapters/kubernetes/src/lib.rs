@@ -10,6 +10,7 @@
 mod api;
 mod config;
 mod logs;
+mod resource;
 mod translate;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use taskgate_engine::{
 };
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
+pub use resource::{ArgumentPlace, PhaseMapping, Preset, ResourceTarget};
 
 use api::{Created, KubeClient};
 use config::{check_dns_label, Bound};
@@ -79,6 +81,9 @@ impl Engine for KubernetesEngine {
     }
 
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
+        if resource::is_resource_target(&tool.target) {
+            return resource::ResourcePipeline::bind(&self.client, tool);
+        }
         let target: ToolTarget = tool.target()?;
         let bound = target.validate(self.client.namespace())?;
         Ok(Arc::new(KubernetesPipeline {
@@ -213,6 +218,44 @@ impl KubernetesPipeline {
         Ok(Some(outcome))
     }
 
+    /// Cancel by `stop`: one merge patch, conditional on the Job's
+    /// `resourceVersion` (re-read and retried when the Job moved meanwhile),
+    /// that marks the Job cancelled and ends it through its own deadline with
+    /// no pod (see [`CancelMode::Stop`]). A finished Job is a conflict; an
+    /// already cancelled one is left as it is.
+    async fn stop_job(&self, run: &str) -> Result<(), EngineError> {
+        for _ in 0..3 {
+            let job = self.own_job(run).await?;
+            match phase(&job) {
+                Phase::Cancelled(_) => return Ok(()),
+                p if p.is_finished() => {
+                    return Err(EngineError::Conflict {
+                        message: "the Job has already finished".into(),
+                    })
+                }
+                _ => {}
+            }
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": job.metadata.resource_version,
+                    "annotations": {ANN_CANCELLED: "true"},
+                },
+                "spec": {"activeDeadlineSeconds": 1, "parallelism": 0, "suspend": false},
+            });
+            match self.client.patch_job(run, &patch).await {
+                Ok(_) => {
+                    tracing::info!(tool = %self.tool, "job stopped by a cancel");
+                    return Ok(());
+                }
+                Err(EngineError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(EngineError::Conflict {
+            message: "the Job kept changing while it was being cancelled".into(),
+        })
+    }
+
     fn not_outstanding(key: &str) -> EngineError {
         EngineError::Conflict {
             message: format!("input request {key:?} is not outstanding"),
@@ -283,29 +326,24 @@ impl Pipeline for KubernetesPipeline {
     }
 
     async fn cancel(&self, run: &NativeRef) -> Result<(), EngineError> {
-        let job = self.own_job(run).await?;
-        if phase(&job).is_finished() {
-            return Err(EngineError::Conflict {
-                message: "the Job has already finished".into(),
-            });
-        }
         match self.bound.cancel {
-            CancelMode::Delete => {
-                self.client
-                    .delete_job(run, job.metadata.uid.as_deref())
-                    .await?;
-                tracing::info!(tool = %self.tool, "job deleted by a cancel");
-            }
+            CancelMode::Stop => self.stop_job(run).await,
             CancelMode::Suspend => {
+                let job = self.own_job(run).await?;
+                if phase(&job).is_finished() {
+                    return Err(EngineError::Conflict {
+                        message: "the Job has already finished".into(),
+                    });
+                }
                 let patch = json!({
                     "metadata": {"annotations": {ANN_CANCELLED: "true"}},
                     "spec": {"suspend": true},
                 });
                 self.client.patch_job(run, &patch).await?;
                 tracing::info!(tool = %self.tool, "job suspended by a cancel");
+                Ok(())
             }
         }
-        Ok(())
     }
 
     async fn answer(

@@ -31,7 +31,7 @@ pub(crate) const ANN_SPEC_HASH: &str = "taskgate.io/spec-hash";
 pub(crate) const ANN_APPROVAL: &str = "taskgate.io/approval";
 /// Annotation (Job and pod template): the approval's answer as JSON.
 pub(crate) const ANN_APPROVAL_ANSWER: &str = "taskgate.io/approval-answer";
-/// Annotation: set to `true` by a cancel that suspends the Job.
+/// Annotation: set to `true` by a cancel (either mode); the Job then reads cancelled.
 pub(crate) const ANN_CANCELLED: &str = "taskgate.io/cancelled";
 /// The input request key of an approval gate.
 pub(crate) const APPROVAL_KEY: &str = "approval";
@@ -278,6 +278,12 @@ pub(crate) fn counts_message(job: &Job) -> String {
 /// annotations) into a [`Phase`].
 #[must_use]
 pub(crate) fn phase(job: &Job) -> Phase {
+    // A cancel marks the Job before the Job controller ends it (through its
+    // deadline): the mark wins over the `Failed` condition that follows, and
+    // over a `Complete` that raced with it (the client was told cancelled).
+    if annotation(job, ANN_CANCELLED) == Some("true") {
+        return Phase::Cancelled("the Job was stopped by a cancel".into());
+    }
     if condition(job, "Complete").is_some() {
         return Phase::Succeeded;
     }
@@ -289,9 +295,6 @@ pub(crate) fn phase(job: &Job) -> Phase {
     }
     if job.metadata.deletion_timestamp.is_some() {
         return Phase::Cancelled("the Job is being deleted".into());
-    }
-    if annotation(job, ANN_CANCELLED) == Some("true") {
-        return Phase::Cancelled("the Job was suspended by a cancel".into());
     }
     let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
     if suspended && annotation(job, ANN_APPROVAL) == Some(APPROVAL_PENDING) {
@@ -726,8 +729,15 @@ mod tests {
             snapshot(&cancelled, None, None).state,
             RunState::Cancelled { .. }
         ));
-        // A finished Job stays finished whatever its annotations say.
-        let done = with_annotation(fixture("job-complete.json"), ANN_CANCELLED, "true");
+        // A cancel marks the Job, then the Job controller ends it through its
+        // deadline: the mark wins over `Failed` (and over a `Complete` that
+        // raced with the cancel: the client was told cancelled).
+        let stopped = with_annotation(fixture("job-failed-deadline.json"), ANN_CANCELLED, "true");
+        assert!(matches!(phase(&stopped), Phase::Cancelled(_)));
+        let raced = with_annotation(fixture("job-complete.json"), ANN_CANCELLED, "true");
+        assert!(matches!(phase(&raced), Phase::Cancelled(_)));
+        // Other annotations of taskgate do not end anything.
+        let done = with_annotation(fixture("job-complete.json"), ANN_APPROVAL, APPROVAL_PENDING);
         assert_eq!(phase(&done), Phase::Succeeded);
         let mut deleting: Job = fixture("job-running.json");
         deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();

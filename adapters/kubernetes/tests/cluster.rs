@@ -592,8 +592,11 @@ async fn parallel_completions_report_progress_through_the_watch() {
     c.done().await;
 }
 
+/// The default cancel (`stop`) deletes the pods and ends the Job through its
+/// deadline; the Job stays marked and reads cancelled until its TTL. A Job
+/// waiting for approval ends the same way without ever making a pod.
 #[tokio::test]
-async fn cancel_deletes_the_job_and_its_pods() {
+async fn cancel_stops_the_pods_and_leaves_the_job_marked() {
     let Some(c) = Cluster::new("cancel").await else {
         return;
     };
@@ -601,7 +604,7 @@ async fn cancel_deletes_the_job_and_its_pods() {
         .pipeline(
             "long",
             json!({"template": template(json!({}), json!({"taskgate.test/duration": "300s"}))}),
-            None,
+            Some(Duration::from_secs(600)),
         )
         .await;
     let run = p.start(request("tg-cancel-1", json!({}))).await.unwrap();
@@ -612,7 +615,8 @@ async fn cancel_deletes_the_job_and_its_pods() {
     })
     .await;
     p.cancel(&run).await.unwrap();
-    not_found(p.as_ref(), &run, "the Job to be gone").await;
+    let snap = p.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }), "{snap:?}");
     let pods = c.pods();
     until("the Job's pods to be gone", || async {
         let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
@@ -622,7 +626,71 @@ async fn cancel_deletes_the_job_and_its_pods() {
         }
     })
     .await;
-    assert!(matches!(p.cancel(&run).await, Err(EngineError::NotFound)));
+    let jobs = c.jobs();
+    until("the Job to end through its deadline", || async {
+        let job = jobs.get(&run).await.map_err(|e| e.to_string())?;
+        let ended = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Failed" && c.reason.as_deref() == Some("DeadlineExceeded"))
+            });
+        if ended {
+            Ok(job)
+        } else {
+            Err(format!("{:?}", job.status))
+        }
+    })
+    .await;
+    let job = jobs.get(&run).await.unwrap();
+    assert_eq!(job.spec.unwrap().ttl_seconds_after_finished, Some(600));
+    let snap = p.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }), "{snap:?}");
+    // Cancelling again leaves it as it is; it still reads cancelled.
+    p.cancel(&run).await.unwrap();
+    let snap = p.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }), "{snap:?}");
+
+    // Waiting for approval: ended without a pod.
+    let gated = c
+        .pipeline(
+            "gated",
+            json!({"template": template(json!({}), json!({"taskgate.test/duration": "300s"})), "approval": {"message": "Go?"}}),
+            Some(Duration::from_secs(600)),
+        )
+        .await;
+    let run = gated
+        .start(request("tg-cancel-2", json!({})))
+        .await
+        .unwrap();
+    let snap = gated.read(&run).await.unwrap();
+    assert!(
+        matches!(snap.state, RunState::InputRequired { .. }),
+        "{snap:?}"
+    );
+    gated.cancel(&run).await.unwrap();
+    until("the gated Job to end", || async {
+        let job = jobs.get(&run).await.map_err(|e| e.to_string())?;
+        let status = job.status.clone().unwrap_or_default();
+        if status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Failed")
+        {
+            Ok(())
+        } else {
+            Err(format!("{:?}", job.status))
+        }
+    })
+    .await;
+    let uid = jobs.get(&run).await.unwrap().metadata.uid.unwrap();
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
+    assert!(pods.list(&lp).await.unwrap().items.is_empty());
+    let snap = gated.read(&run).await.unwrap();
+    assert!(matches!(snap.state, RunState::Cancelled { .. }), "{snap:?}");
     c.done().await;
 }
 
