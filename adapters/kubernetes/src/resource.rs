@@ -20,7 +20,7 @@ use taskgate_engine::{
     Pipeline, Progress, RunState, Snapshot, StartRequest, ToolDecl, ToolOutput, MAX_PAGE_BYTES,
 };
 
-use crate::client::{Created, KubeClient};
+use crate::api::{Created, KubeClient};
 use crate::config::check_dns_label;
 use crate::logs;
 use crate::translate::{

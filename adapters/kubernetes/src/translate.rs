@@ -65,20 +65,7 @@ pub(crate) fn label_value(value: &str) -> String {
     }
 }
 
-/// `value` with every object's keys sorted (so equal arguments render equally
-/// whatever order the client sent them in).
-#[must_use]
-pub(crate) fn canonical(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let sorted: BTreeMap<&String, Value> =
-                map.iter().map(|(k, v)| (k, canonical(v))).collect();
-            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
-        }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
-}
+pub(crate) use taskgate_engine::canonical_json as canonical;
 
 /// The environment variables that carry `arguments` into the container: one
 /// per top-level argument under `args_env_prefix` (the shared mapping of
