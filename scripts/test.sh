@@ -174,15 +174,15 @@ else
     skip_suite "kubernetes control plane smoke" "no control plane"
 fi
 # promtool (Prometheus' linter), unpacked from Debian's package into the cache;
-# tests/metrics.rs runs it on a scrape taken under load, and runs the server
+# tests/e2e/metrics.rs runs it on a scrape taken under load, and runs the server
 # (private port and data folder) scraping taskgate.
 if [ -x scripts/prometheus/install.sh ] &&
     prom_bin=$(scripts/prometheus/install.sh 2>"$TASKGATE_CACHE/prometheus-install.log"); then
     export TASKGATE_PROMTOOL="$prom_bin/promtool" TASKGATE_PROMETHEUS="$prom_bin/prometheus"
 fi
-# (tests/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
+# (tests/engines/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
 suite "cargo test" cargo test --workspace --no-fail-fast
-suite "metrics (labelled series, promtool check metrics under load, a Prometheus server)" cargo test --workspace --test metrics
+suite "metrics (labelled series, promtool check metrics under load, a Prometheus server)" cargo test --workspace --test e2e metrics::
 
 if [ -x tests/helm/chart.sh ]; then
     suite "helm chart (lint, dry-run=server, install, in-cluster check-config)" tests/helm/chart.sh
