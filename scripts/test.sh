@@ -211,7 +211,7 @@ if [ -x scripts/k8s/cluster-up.sh ]; then
         echo "the Kubernetes control plane could not be started"
     fi
 fi
-# The Argo controller on that control plane (tests/engine_kubernetes_resources.rs).
+# The Argo controller on that control plane (tests/engines/engine_kubernetes_resources.rs).
 if [ -n "${TASKGATE_KUBECONFIG:-}" ] && [ -x scripts/argo/up.sh ]; then
     if [ -n "$argo_build_pid" ] && ! wait "$argo_build_pid"; then
         echo "building the Argo controller failed:"
@@ -231,15 +231,15 @@ else
     skip_suite "kubernetes control plane smoke" "no control plane"
 fi
 # promtool (Prometheus' linter), unpacked from Debian's package into the cache;
-# tests/metrics.rs runs it on a scrape taken under load, and runs the server
+# tests/e2e/metrics.rs runs it on a scrape taken under load, and runs the server
 # (private port and data folder) scraping taskgate.
 if [ -x scripts/prometheus/install.sh ] &&
     prom_bin=$(scripts/prometheus/install.sh 2>"$TASKGATE_CACHE/prometheus-install.log"); then
     export TASKGATE_PROMTOOL="$prom_bin/promtool" TASKGATE_PROMETHEUS="$prom_bin/prometheus"
 fi
-# (tests/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
+# (tests/engines/deploy_incluster.rs, the in-cluster credentials test, runs in here.)
 suite "cargo test" cargo test --workspace --no-fail-fast
-suite "metrics (labelled series, promtool check metrics under load, a Prometheus server)" cargo test --workspace --test metrics
+suite "metrics (labelled series, promtool check metrics under load, a Prometheus server)" cargo test --workspace --test e2e metrics::
 
 if [ -x tests/helm/chart.sh ]; then
     suite "helm chart (lint, dry-run=server, install, in-cluster check-config)" tests/helm/chart.sh

@@ -97,6 +97,7 @@ enum Command {
     /// the file a key's `secret_file` names.
     Keygen,
     /// Internal: the exec engine's detached run supervisor.
+    #[cfg(feature = "exec")]
     #[command(hide = true)]
     Supervise {
         /// Arguments for the supervisor.
@@ -168,6 +169,7 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "exec")]
     if let Command::Supervise { args } = &cli.command {
         return taskgate_exec::supervise_main(args);
     }
@@ -179,9 +181,10 @@ fn main() -> ExitCode {
         eprintln!("taskgate: {e}");
         return ExitCode::from(2);
     }
-    // Several TLS crypto backends are compiled in (engines bring their own);
-    // rustls needs the process to choose one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // rustls' one crypto provider in this build is aws-lc-rs (the handles'
+    // cipher library); installing it names it for every TLS client in the
+    // process, whatever features a dependency turned on.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -324,8 +327,8 @@ async fn run(command: Command) -> ExitCode {
         },
         Command::Call(args) => cli::call(args).await,
         Command::Tasks { command } => cli::tasks(command).await,
-        Command::Supervise { .. } | Command::Keygen => {
-            unreachable!("handled before the runtime starts")
-        }
+        #[cfg(feature = "exec")]
+        Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
+        Command::Keygen => unreachable!("handled before the runtime starts"),
     }
 }

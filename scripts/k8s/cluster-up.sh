@@ -76,7 +76,7 @@ EOF
 
 # The API server's audit policy: one Metadata-level event per request (no
 # bodies), so tests can count the requests the API server received
-# (tests/faults.rs); the log rotates at 100 MB, one old file kept. A change here changes the config hash: the next start
+# (tests/faults/main.rs); the log rotates at 100 MB, one old file kept. A change here changes the config hash: the next start
 # recreates the cluster.
 AUDIT_POLICY="$K8S_DIR/audit-policy.yaml"
 cat > "$AUDIT_POLICY.new" <<'EOF'

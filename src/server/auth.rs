@@ -918,7 +918,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_kids_refresh_the_key_set_at_most_once_per_interval() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (pem1, n1) = rsa_key(dir.path(), "k1");
         let (pem2, n2) = rsa_key(dir.path(), "k2");

@@ -1,4 +1,5 @@
-//! Shared helpers of all integration tests (`tests/*.rs`):
+//! Shared helpers of all integration tests (the groups `tests/e2e/`,
+//! `tests/engines/`, `tests/faults/`, `tests/security/`, each compiling this once):
 //!
 //! - [`setup`]: a temporary configuration, either with exec tools that run the
 //!   scripts in `tests/tools/` (the core tools, the dialect tools, or any

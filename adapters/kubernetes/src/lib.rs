@@ -59,12 +59,12 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
     Ok(Arc::new(KubernetesEngine { client }))
 }
 
-/// Chooses rustls' ring backend for the process unless one was chosen already.
-/// With several TLS crypto backends compiled into one program (the AWS SDK
-/// brings another), rustls cannot pick one by itself and a Kubernetes client
-/// would panic. Call it before building any `kube::Client` of your own.
+/// Chooses rustls' aws-lc-rs backend for the process unless one was chosen
+/// already. Should a dependency bring a second TLS crypto backend into the
+/// program, rustls could not pick one by itself and a Kubernetes client would
+/// panic. Call it before building any `kube::Client` of your own.
 pub fn choose_tls_backend() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 /// A configured Kubernetes engine: one API server, one namespace. Built by

@@ -7,7 +7,7 @@
 //!
 //! Skipped when `TASKGATE_MOTO_URL` is unset, failed when `TASKGATE_REQUIRE_E2E=1`.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -871,7 +871,7 @@ async fn a_poll_reads_the_history_only_when_it_needs_it() {
 
 // The idle proof counted at the upstream (after a read, while another task's
 // tasks/result waits) is `stepfunctions_idle_task_gets_no_upstream_request_while_another_waits`
-// in tests/faults.rs.
+// in tests/faults/main.rs.
 
 /// One `taskgate_logs` page: its lines (source, text), cursor and completeness.
 fn logs_page(reply: &common::Reply) -> (Vec<(String, String)>, String, bool) {

@@ -4,7 +4,7 @@
 //! input_required, completed, failed, canceled), results, and each error path.
 //! The last test measures what a status lookup by token costs.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@
 //! `TASKGATE_REQUIRE_E2E=1`. Each test runs the engine as a ServiceAccount with
 //! `deploy/rbac.yaml` plus a Role on `workflows.argoproj.io`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,7 +53,7 @@ impl Cluster {
     async fn new(test: &str) -> Option<Self> {
         let admin_path = e2e_endpoint("TASKGATE_KUBECONFIG")?;
         e2e_endpoint("TASKGATE_ARGO_ENV")?;
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         taskgate_kubernetes::choose_tls_backend();
         let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
         let config = kube::Config::from_custom_kubeconfig(file, &Default::default())

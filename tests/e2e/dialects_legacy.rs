@@ -6,7 +6,7 @@
 //! - a sealed session id served by a second replica;
 //! - 2025-11-25 tasks (SEP-1686) over raw HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@
 //! The admin kubeconfig comes from `TASKGATE_KUBECONFIG`: skipped when unset,
 //! failed when `TASKGATE_REQUIRE_E2E=1`. Every wait polls against a deadline.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,8 +43,8 @@ struct Cluster {
 impl Cluster {
     async fn new(test: &str) -> Option<Self> {
         let admin_path = e2e_endpoint("TASKGATE_KUBECONFIG")?;
-        // With several rustls backends compiled in, one must be chosen.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // The one rustls crypto provider of the build, as the server installs it.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
         taskgate_kubernetes::choose_tls_backend();
         let config = kube::Config::from_custom_kubeconfig(file, &Default::default())

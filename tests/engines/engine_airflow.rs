@@ -6,7 +6,7 @@
 //!
 //! Skipped when `TASKGATE_AIRFLOW_URL` is unset, failed when `TASKGATE_REQUIRE_E2E=1`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

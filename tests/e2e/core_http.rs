@@ -3,7 +3,7 @@
 //! sealed handles, argument checks, the transport's guards and error codes, the
 //! legacy handshake, and configuration errors.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //!
 //! Every wait polls a condition against a deadline.
 
-mod common;
+use crate::common;
 
 use common::group_members;
 

@@ -19,7 +19,7 @@
 //! Skipped when `TASKGATE_KUBECONFIG` is unset or no mount namespace can be made;
 //! failed instead when `TASKGATE_REQUIRE_E2E=1`. Every wait polls against a deadline.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,7 +63,7 @@ fn mount_namespaces_work() -> bool {
 }
 
 async fn admin_client(path: &str) -> kube::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     taskgate_kubernetes::choose_tls_backend();
     let file = kube::config::Kubeconfig::read_from(path).expect("admin kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(file, &Default::default())

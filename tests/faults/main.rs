@@ -24,7 +24,13 @@
 //! `TASKGATE_KUBECONFIG` (the idle one also without the API server's audit log),
 //! Airflow ones without `TASKGATE_AIRFLOW_URL`; all fail instead when
 //! `TASKGATE_REQUIRE_E2E=1`.
+//!
+//! One test binary of its own (every engine in one program, so it needs every
+//! engine feature: `required-features` in `Cargo.toml`), kept apart from
+//! `tests/engines/` so its upstream counts and deadlines share no process with
+//! those tests. A test's name: `cargo test --test faults github_`.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;
@@ -644,7 +650,7 @@ mod k8s {
     impl Ns {
         pub async fn new(test: &str) -> Option<Self> {
             let admin_path = e2e_endpoint("TASKGATE_KUBECONFIG")?;
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
             taskgate_kubernetes::choose_tls_backend();
             let file = kube::config::Kubeconfig::read_from(&admin_path).expect("admin kubeconfig");
             let config = kube::Config::from_custom_kubeconfig(file, &Default::default())

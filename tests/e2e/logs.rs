@@ -4,7 +4,7 @@
 //! cursor is -32602 and reaches no engine; another caller's task reads as
 //! unknown.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

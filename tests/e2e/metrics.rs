@@ -4,7 +4,7 @@
 //! label value carrying a task id or an argument. Then `promtool check metrics`
 //! on a scrape under load, and a real Prometheus server scraping taskgate.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

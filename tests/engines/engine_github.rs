@@ -5,7 +5,7 @@
 //! extension, 2025-11-25 tasks, and SEP-1391 operations. Each test drives the
 //! run's state in the double explicitly.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! (`server.header_read_timeout`) or its body (`server.body_read_timeout`) is
 //! disconnected.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 //!
 //! ```sh
 //! TASKGATE_MOTO_URL=http://127.0.0.1:5005 \
-//!   cargo test --test bench_notifications -- --ignored --nocapture
+//!   cargo test --test engines bench_notifications:: -- --ignored --nocapture
 //! ```
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

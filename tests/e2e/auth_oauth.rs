@@ -8,7 +8,7 @@
 //! (scripts/test.sh sets them); without them they say why and return, unless
 //! `TASKGATE_REQUIRE_E2E=1`, where they fail.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

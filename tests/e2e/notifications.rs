@@ -7,7 +7,7 @@
 //! - a cancelled stream leaves no engine calls behind;
 //! - 2025-11-25 `notifications/tasks/status` on the `tasks/result` stream.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! the 2026-07-28 tasks flow, the legacy handshake, and a stdout that carries
 //! nothing but JSON-RPC (logs go to stderr).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

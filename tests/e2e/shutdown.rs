@@ -3,7 +3,7 @@
 //! a signal without a handler does nothing), and the task started before it is
 //! still there for the next server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

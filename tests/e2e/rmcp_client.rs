@@ -6,7 +6,7 @@
 //! - the legacy `initialize` handshake (2025-06-18): the same hybrid tool runs
 //!   synchronously and async-only tools are hidden.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

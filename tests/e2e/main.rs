@@ -1,0 +1,38 @@
+//! The server end to end, through the built binary, with exec tools only: one
+//! test binary (so `tests/common` is compiled once for all of these), one
+//! module per area. Needs the `exec` feature (`required-features` in
+//! `Cargo.toml`).
+//!
+//! A test's name is its module path: `cargo test --test e2e core_http::`
+//! runs one area, `cargo test --test e2e core_http::NAME` one test.
+//!
+//! - `core_http`, `core_stdio`: the core over Streamable HTTP and over stdio;
+//! - `dialects_legacy`, `dialects_sep1391`: the older protocol versions;
+//! - `auth_oauth`: OAuth 2.1 access tokens from a real authorization server;
+//! - `bounds`, `shutdown`, `config_check`: the front door's limits, SIGTERM,
+//!   configuration errors;
+//! - `logs`, `metrics`, `notifications`: `taskgate_logs`, `/metrics`, push
+//!   notifications;
+//! - `cli_call`: `taskgate call` and `taskgate tasks`;
+//! - `rmcp_client`: the Rust MCP SDK as a client.
+//!
+//! Adding a file: put `tests/e2e/NAME.rs` next to this one, start it with
+//! `use crate::common;` (not `mod common;`), and add `mod NAME;` below. Tests
+//! that need an engine other than exec go to `tests/engines/` instead.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod auth_oauth;
+mod bounds;
+mod cli_call;
+mod config_check;
+mod core_http;
+mod core_stdio;
+mod dialects_legacy;
+mod dialects_sep1391;
+mod logs;
+mod metrics;
+mod notifications;
+mod rmcp_client;
+mod shutdown;
