@@ -12,6 +12,7 @@ pub const KINDS: &[&str] = &[
     taskgate_github::KIND,
     taskgate_kubernetes::KIND,
     taskgate_airflow::KIND,
+    taskgate_temporal::KIND,
 ];
 
 /// Builds one engine from its `[engines.NAME]` table.
@@ -41,6 +42,7 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
         taskgate_github::KIND => taskgate_github::build(settings).await,
         taskgate_kubernetes::KIND => taskgate_kubernetes::build(settings).await,
         taskgate_airflow::KIND => taskgate_airflow::build(settings).await,
+        taskgate_temporal::KIND => taskgate_temporal::build(settings).await,
         other => Err(ConfigError::new(
             "kind",
             format!("unknown engine kind {other:?}; one of {}", KINDS.join(", ")),
