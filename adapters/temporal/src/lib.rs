@@ -51,6 +51,8 @@ pub const KIND: &str = "temporal";
 
 /// Events asked for per history page.
 const HISTORY_PAGE: i32 = 256;
+/// The shortest history long poll Temporal accepts is 2 s; a little more.
+const MIN_LONG_POLL: Duration = Duration::from_millis(2500);
 /// The most history pages one wait reads to reach the end of the history
 /// before it can long-poll.
 const MAX_CATCH_UP_PAGES: usize = 40;
@@ -503,15 +505,20 @@ impl TemporalPipeline {
             }
             mark.token = Some(token);
         }
+        let mut first = true;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left < Duration::from_millis(20) {
+            // Temporal refuses a long poll whose deadline is under 2 s: the first
+            // poll of a short wait lasts that long (a change still ends it at
+            // once); later polls only when that much time is left.
+            if !first && left < MIN_LONG_POLL {
                 return Ok(Some(mark));
             }
+            first = false;
             let token = mark.token.clone().unwrap_or_default();
             match self
                 .api
-                .get_workflow_execution_history(request(token), Some(left))
+                .get_workflow_execution_history(request(token), Some(left.max(MIN_LONG_POLL)))
                 .await
             {
                 Ok(page) => {
@@ -591,10 +598,13 @@ impl Pipeline for TemporalPipeline {
             ..Default::default()
         };
         match self.api.start_workflow_execution(body, None).await {
-            Ok(started) => {
-                tracing::info!(workflow_id = %request.run_name, started = started.started, "workflow started");
+            Ok(started) if started.started => {
+                tracing::info!(workflow_id = %request.run_name, "workflow started");
                 Ok(Self::reference(&request.run_name, &started.run_id))
             }
+            // The same request id again: Temporal answers with the execution it
+            // made (whose run may have continued as new since).
+            Ok(_) => self.existing(&request.run_name, &hash).await,
             Err(EngineError::Conflict { .. }) => self.existing(&request.run_name, &hash).await,
             Err(EngineError::NotFound) => Err(EngineError::InvalidInput {
                 message: format!("Temporal has no namespace {:?}", self.api.namespace()),

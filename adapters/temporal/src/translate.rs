@@ -413,6 +413,7 @@ pub(crate) fn snapshot(d: &DescribeWorkflowExecutionResponse, seen: &Observed<'_
     let mut snap = Snapshot::new(state);
     snap.created_at = info.and_then(|i| time_of(i.start_time.as_ref()));
     snap.ended_at = ended_at;
+    snap.updated_at = ended_at;
     snap
 }
 
