@@ -165,12 +165,14 @@ async fn a_workflow_completes_with_its_result_and_its_history_pages_in_order() {
     let s = setup(&addr, NS, &tool(&w.queue, "TaskgateSucceed", "", ""));
     let server = Server::start(&s).await;
     let c = server.client();
-    let task = c.start_task("wf", json!({"name": "binary"})).await;
+    let task = c
+        .start_task("wf", json!({"name": "binary", "wait_seconds": 0.2}))
+        .await;
     let done = c.until_status(&task, "completed", LIMIT).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert_eq!(
         done["result"]["structuredContent"],
-        json!({"greeting": "hello binary", "input": {"name": "binary"}}),
+        json!({"greeting": "hello binary", "input": {"name": "binary", "wait_seconds": 0.2}}),
         "{done}"
     );
     // The history as log lines, two at a time, in order, to the end.
@@ -281,7 +283,7 @@ async fn cancel_requests_the_workflow_to_stop_and_terminate_is_an_option() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn questions_answered_through_updates_and_a_stale_answer_refused() {
+async fn questions_answered_through_updates_and_a_stale_answer_changes_nothing() {
     let Some(addr) = address() else { return };
     let w = Worker::start(&addr, NS, "ask");
     let s = setup(&addr, NS, &tool(&w.queue, "TaskgateAsk", ASK, ""));
@@ -327,14 +329,23 @@ async fn questions_answered_through_updates_and_a_stale_answer_refused() {
     })
     .await;
     assert_eq!(second["status"], "input_required");
-    // The first question's key again: stale, refused, never a silent drop.
+    // The first question's key again: stale. The core drops an answer to a
+    // key that is not outstanding (it never reaches Temporal; a stale key that
+    // races past it meets the workflow's validator, a conflict); the result
+    // below shows it changed nothing.
     let stale = c
         .update(
             &task,
             json!({ "step-1": {"action": "accept", "content": {"approved": false}} }),
         )
         .await;
-    assert!(!stale.is_ok(), "a stale answer was taken: {}", stale.raw);
+    assert_eq!(stale.status, 200, "{}", stale.raw);
+    assert_eq!(
+        c.get(&task).await["inputRequests"]["step-2"]["params"]["message"]
+            .as_str()
+            .map(|m| m.contains("step 2")),
+        Some(true)
+    );
     let ok = c
         .update(
             &task,
@@ -518,6 +529,7 @@ async fn a_listened_workflow_costs_no_requests_while_nothing_changes() {
     .await;
     let polls = temporal_requests(ns, &["PollWorkflowExecutionHistory"]).await;
     let mut stream = listen(&server, &task).await;
+    let opened = Instant::now();
     stream.next(LIMIT).await.expect("ack");
     until("the watch's long poll", LIMIT, || async {
         let n = temporal_requests(ns, &["PollWorkflowExecutionHistory"]).await;
@@ -552,6 +564,14 @@ async fn a_listened_workflow_costs_no_requests_while_nothing_changes() {
     assert_eq!(
         done["params"]["result"]["structuredContent"]["greeting"], "hello listener",
         "{done}"
+    );
+    // The history long poll ends with the workflow's events: the completion
+    // (about 10 s after the start) arrives long before a 30 s poll interval
+    // would have read again.
+    assert!(
+        opened.elapsed() < Duration::from_secs(25),
+        "the completion came late: {:?}",
+        opened.elapsed()
     );
 }
 
@@ -647,8 +667,8 @@ async fn an_answer_from_a_caller_the_approver_rules_forbid_never_reaches_tempora
             json!({ &key: {"action": "accept", "content": {"approved": true}} }),
         )
         .await;
-    assert!(!refused.is_ok(), "{}", refused.raw);
-    assert!(refused.message().contains("Not allowed"), "{}", refused.raw);
+    assert_eq!(refused.status, 403, "{}", refused.raw);
+    assert_eq!(refused.error()["code"], -32602, "{}", refused.raw);
     assert_eq!(
         answers().await,
         before,
