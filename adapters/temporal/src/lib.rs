@@ -225,7 +225,7 @@ impl TemporalPipeline {
 
     /// The workflow id and first run id of a reference; anything malformed
     /// reads as not found.
-    fn own<'a>(run: &'a NativeRef) -> Result<(&'a str, &'a str), EngineError> {
+    fn own(run: &NativeRef) -> Result<(&str, &str), EngineError> {
         let (workflow_id, first) = run.split_once('/').ok_or(EngineError::NotFound)?;
         if workflow_id.is_empty() || first.is_empty() || workflow_id.len() > 255 {
             return Err(EngineError::NotFound);

@@ -578,7 +578,7 @@ pub(crate) fn event_line(event: &HistoryEvent) -> Option<LogLine> {
     };
     Some(LogLine::new(
         event_name(event),
-        &format!("#{} {text}", event.event_id).trim_end().to_owned(),
+        format!("#{} {text}", event.event_id).trim_end(),
     ))
 }
 
