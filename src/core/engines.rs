@@ -23,12 +23,21 @@ pub const KINDS: &[&str] = &[
     taskgate_kubernetes::KIND,
     #[cfg(feature = "airflow")]
     taskgate_airflow::KIND,
+    #[cfg(feature = "temporal")]
+    taskgate_temporal::KIND,
 ];
 
 /// Every kind taskgate has, built in or not, with the Cargo feature that builds
 /// it (the same name): a configuration naming one this build left out is told
 /// so, rather than that the kind does not exist.
-const KNOWN: &[&str] = &["exec", "stepfunctions", "github", "kubernetes", "airflow"];
+const KNOWN: &[&str] = &[
+    "exec",
+    "stepfunctions",
+    "github",
+    "kubernetes",
+    "airflow",
+    "temporal",
+];
 
 /// Builds one engine from its `[engines.NAME]` table.
 ///
@@ -62,6 +71,8 @@ pub async fn build(settings: Value) -> Result<Arc<dyn Engine>, ConfigError> {
         taskgate_kubernetes::KIND => taskgate_kubernetes::build(settings).await,
         #[cfg(feature = "airflow")]
         taskgate_airflow::KIND => taskgate_airflow::build(settings).await,
+        #[cfg(feature = "temporal")]
+        taskgate_temporal::KIND => taskgate_temporal::build(settings).await,
         other => {
             drop(settings);
             Err(ConfigError::new("kind", unknown(other)))

@@ -34,6 +34,8 @@ mod engine_kubernetes;
 mod engine_kubernetes_resources;
 #[cfg(feature = "stepfunctions")]
 mod engine_stepfunctions;
+#[cfg(all(feature = "temporal", feature = "exec"))]
+mod engine_temporal;
 
 /// The in-cluster deployment (ServiceAccount credentials, no kubeconfig).
 #[cfg(feature = "kubernetes")]
