@@ -10,6 +10,7 @@
 mod api;
 mod config;
 mod logs;
+#[path = "resource/translate.rs"]
 mod resource;
 mod translate;
 
