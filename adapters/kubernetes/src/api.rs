@@ -38,6 +38,11 @@ pub(crate) enum Created {
     AlreadyExists,
 }
 
+/// The label selector of the pods of the Job with uid `uid`.
+pub(crate) fn job_pod_selector(uid: &str) -> String {
+    format!("batch.kubernetes.io/controller-uid={uid}")
+}
+
 /// A client for the Jobs and pods of one namespace.
 #[derive(Clone)]
 pub(crate) struct KubeClient {
@@ -157,13 +162,7 @@ impl KubeClient {
     ///
     /// See [`map_error`].
     pub async fn job_pods(&self, uid: &str) -> Result<Vec<Pod>, EngineError> {
-        let params =
-            ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
-        self.pods()
-            .list(&params)
-            .await
-            .map(|list| list.items)
-            .map_err(|e| map_error(&self.action("list", "pods"), e))
+        self.pods_labelled(&job_pod_selector(uid)).await
     }
 
     /// The last `lines` lines (at most `limit_bytes`) of a container's log.
