@@ -248,100 +248,10 @@ impl ResourceTarget {
         namespace: &str,
     ) -> Result<BoundResource, ConfigError> {
         let preset = self.preset;
-        if self.workflow_template.is_some() && preset != Some(Preset::ArgoWorkflowTemplate) {
-            return Err(ConfigError::new(
-                "workflow_template",
-                "only with preset = \"argo-workflow-template\"",
-            ));
-        }
-        if preset == Some(Preset::ArgoWorkflowTemplate) {
-            match &self.workflow_template {
-                Some(n)
-                    if check_dns_label(n).is_ok()
-                        || n.split('.').all(|p| check_dns_label(p).is_ok()) => {}
-                Some(_) => {
-                    return Err(ConfigError::new(
-                        "workflow_template",
-                        "not a Kubernetes object name",
-                    ))
-                }
-                None => {
-                    return Err(ConfigError::new(
-                        "workflow_template",
-                        "the WorkflowTemplate to run is required",
-                    ))
-                }
-            }
-            if self.template.is_some() || self.template_file.is_some() {
-                return Err(ConfigError::new(
-                    "template",
-                    "preset \"argo-workflow-template\" takes `workflow_template`, not a template",
-                ));
-            }
-        }
+        self.check_workflow_template()?;
         let t = self.with_preset(tool);
-        let api_version = t
-            .api_version
-            .clone()
-            .ok_or_else(|| ConfigError::new("api_version", "required without a preset"))?;
-        let kind = t
-            .kind
-            .clone()
-            .ok_or_else(|| ConfigError::new("kind", "required"))?;
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (String::new(), api_version.clone()),
-        };
-        let plural = t
-            .plural
-            .clone()
-            .unwrap_or_else(|| format!("{}s", kind.to_ascii_lowercase()));
-        let api = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(&group, &version, &kind),
-            &plural,
-        );
-        let text = match (&t.template, &t.template_file) {
-            (Some(text), None) => text.clone(),
-            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::new(
-                    "template_file",
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?,
-            _ => {
-                return Err(ConfigError::new(
-                    "template_file",
-                    "exactly one of `template_file` and `template` is required",
-                ))
-            }
-        };
-        let mut template: Value = serde_yaml::from_str(&text)
-            .map_err(|e| ConfigError::new("template", format!("not a YAML object: {e}")))?;
-        if !template.is_object() {
-            return Err(ConfigError::new("template", "not a YAML object"));
-        }
-        if template
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k != kind)
-            || template
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .is_some_and(|v| v != api_version)
-        {
-            return Err(ConfigError::new(
-                "template",
-                format!("the template is not a {api_version} {kind}"),
-            ));
-        }
-        if let Some(ns) = at_path(&template, "metadata.namespace").and_then(Value::as_str) {
-            if ns != namespace {
-                return Err(ConfigError::new(
-                    "template",
-                    format!("the template names namespace {ns}; the engine's is {namespace}"),
-                ));
-            }
-        }
+        let (api, api_version, kind) = t.api_resource()?;
+        let mut template = t.load_template(&api_version, &kind, namespace)?;
         template["apiVersion"] = json!(api_version);
         template["kind"] = json!(kind);
         let mut places: BTreeMap<String, Vec<Place>> = BTreeMap::new();
@@ -377,6 +287,121 @@ impl ResourceTarget {
             pod_label: t.pod_label,
             suspend_nodes: preset.is_some(),
         })
+    }
+
+    /// `workflow_template`: only with, and required by, preset
+    /// `argo-workflow-template`, which takes no template of its own.
+    fn check_workflow_template(&self) -> Result<(), ConfigError> {
+        let preset = self.preset;
+        if self.workflow_template.is_some() && preset != Some(Preset::ArgoWorkflowTemplate) {
+            return Err(ConfigError::new(
+                "workflow_template",
+                "only with preset = \"argo-workflow-template\"",
+            ));
+        }
+        if preset == Some(Preset::ArgoWorkflowTemplate) {
+            match &self.workflow_template {
+                Some(n)
+                    if check_dns_label(n).is_ok()
+                        || n.split('.').all(|p| check_dns_label(p).is_ok()) => {}
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        "workflow_template",
+                        "not a Kubernetes object name",
+                    ))
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        "workflow_template",
+                        "the WorkflowTemplate to run is required",
+                    ))
+                }
+            }
+            if self.template.is_some() || self.template_file.is_some() {
+                return Err(ConfigError::new(
+                    "template",
+                    "preset \"argo-workflow-template\" takes `workflow_template`, not a template",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The resource (group, version, kind, plural), its `apiVersion` and its `kind`.
+    fn api_resource(&self) -> Result<(ApiResource, String, String), ConfigError> {
+        let api_version = self
+            .api_version
+            .clone()
+            .ok_or_else(|| ConfigError::new("api_version", "required without a preset"))?;
+        let kind = self
+            .kind
+            .clone()
+            .ok_or_else(|| ConfigError::new("kind", "required"))?;
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), api_version.clone()),
+        };
+        let plural = self
+            .plural
+            .clone()
+            .unwrap_or_else(|| format!("{}s", kind.to_ascii_lowercase()));
+        let api = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&group, &version, &kind),
+            &plural,
+        );
+        Ok((api, api_version, kind))
+    }
+
+    /// The template, read and parsed: an object of this kind, in this namespace.
+    fn load_template(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Value, ConfigError> {
+        let text = match (&self.template, &self.template_file) {
+            (Some(text), None) => text.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(
+                    "template_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?,
+            _ => {
+                return Err(ConfigError::new(
+                    "template_file",
+                    "exactly one of `template_file` and `template` is required",
+                ))
+            }
+        };
+        let template: Value = serde_yaml::from_str(&text)
+            .map_err(|e| ConfigError::new("template", format!("not a YAML object: {e}")))?;
+        if !template.is_object() {
+            return Err(ConfigError::new("template", "not a YAML object"));
+        }
+        if template
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k != kind)
+            || template
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| v != api_version)
+        {
+            return Err(ConfigError::new(
+                "template",
+                format!("the template is not a {api_version} {kind}"),
+            ));
+        }
+        if let Some(ns) = at_path(&template, "metadata.namespace").and_then(Value::as_str) {
+            if ns != namespace {
+                return Err(ConfigError::new(
+                    "template",
+                    format!("the template names namespace {ns}; the engine's is {namespace}"),
+                ));
+            }
+        }
+        Ok(template)
     }
 }
 
