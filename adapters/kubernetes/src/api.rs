@@ -17,7 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
 use serde_json::Value;
 use taskgate_engine::http::status_error;
-use taskgate_engine::{ConfigError, EngineError};
+use taskgate_engine::{ConfigError, EngineError, RunState, Snapshot};
 
 use crate::config::EngineSettings;
 
@@ -532,6 +532,59 @@ fn map_status(action: &str, status: &Status) -> EngineError {
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(u64::from(s)));
     status_error(UPSTREAM, status.code, action, message, retry_after)
+}
+
+/// How following a watch ended.
+pub(crate) enum Followed {
+    /// The first snapshot whose state differs from the last one the caller
+    /// saw, or (the deadline passed, the server closed the watch) the latest.
+    Latest(Snapshot),
+    /// The watch could not go on (410 Gone: the version is too old): a fresh
+    /// read answers.
+    Interrupted,
+}
+
+/// Follows a watch of one object (`watch_job`, `watch_object`) until the
+/// snapshot `on_change` makes of a changed object has a state other than
+/// `last` (or `on_change` says it is final: a finished Job), or `deadline`;
+/// `current` is the snapshot before the watch. Jobs and resource targets wait
+/// through this one loop.
+///
+/// # Errors
+///
+/// [`EngineError::NotFound`] when the object is deleted; `on_change`'s errors
+/// and the watch's errors that are not retryable.
+pub(crate) async fn follow<T, S, F, Fut>(
+    stream: S,
+    deadline: tokio::time::Instant,
+    last: &RunState,
+    mut current: Snapshot,
+    mut on_change: F,
+) -> Result<Followed, EngineError>
+where
+    S: Stream<Item = Result<Option<T>, EngineError>>,
+    F: FnMut(T) -> Fut,
+    Fut: std::future::Future<Output = Result<(Snapshot, bool), EngineError>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) | Ok(None) => return Ok(Followed::Latest(current)),
+            Ok(Some(event)) => event,
+        };
+        match event {
+            Ok(Some(changed)) => {
+                let (snapshot, is_final) = on_change(changed).await?;
+                current = snapshot;
+                if is_final || current.state != *last {
+                    return Ok(Followed::Latest(current));
+                }
+            }
+            Ok(None) => return Err(EngineError::NotFound),
+            Err(e) if e.is_retryable() => return Ok(Followed::Interrupted),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ mod translate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 use taskgate_engine::{
@@ -446,41 +445,27 @@ impl Pipeline for KubernetesPipeline {
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let mut job = self.own_job(run).await?;
+        let job = self.own_job(run).await?;
         if phase(&job).is_finished() {
             return self.snapshot_of(&job).await;
         }
-        let mut current = snapshot(&job, self.bound.approval.as_ref(), None);
+        let current = snapshot(&job, self.bound.approval.as_ref(), None);
         if current.state != last.state || wait.is_zero() {
             return Ok(current);
         }
         let version = job.metadata.resource_version.clone().unwrap_or_default();
         let stream = self.client.watch_job(run, &version, wait).await?;
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let event = match tokio::time::timeout_at(deadline, stream.next()).await {
-                Err(_) | Ok(None) => break,
-                Ok(Some(event)) => event,
-            };
-            match event {
-                Ok(Some(changed)) => {
-                    job = self.check_own(changed)?;
-                    if phase(&job).is_finished() {
-                        return self.snapshot_of(&job).await;
-                    }
-                    current = snapshot(&job, self.bound.approval.as_ref(), None);
-                    if current.state != last.state {
-                        return Ok(current);
-                    }
-                }
-                Ok(None) => return Err(EngineError::NotFound),
-                // The watch could not go on (410 Gone: the version is too old):
-                // a fresh read answers.
-                Err(e) if e.is_retryable() => return self.read(run).await,
-                Err(e) => return Err(e),
+        let on_change = |changed: Job| async move {
+            let job = self.check_own(changed)?;
+            if phase(&job).is_finished() {
+                return Ok((self.snapshot_of(&job).await?, true));
             }
+            Ok((snapshot(&job, self.bound.approval.as_ref(), None), false))
+        };
+        match api::follow(stream, deadline, &last.state, current, on_change).await? {
+            api::Followed::Latest(snapshot) => Ok(snapshot),
+            api::Followed::Interrupted => self.read(run).await,
         }
-        Ok(current)
     }
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::core::DynamicObject;
 use serde_json::{json, Map, Value};
 use taskgate_engine::{
@@ -17,7 +16,7 @@ use super::config::{at_path, BoundResource, ResourceTarget};
 use super::translate::{
     annotation, answer_patch, is_finished, label, render_object, set_path, snapshot_of,
 };
-use crate::api::{Created, KubeClient};
+use crate::api::{self, Created, KubeClient};
 use crate::config::check_dns_label;
 use crate::logs;
 use crate::translate::{label_value, ANN_CANCELLED, ANN_SPEC_HASH, LABEL_TOOL};
@@ -239,7 +238,7 @@ impl Pipeline for ResourcePipeline {
     ) -> Result<Snapshot, EngineError> {
         let deadline = tokio::time::Instant::now() + wait;
         let object = self.own_object(run).await?;
-        let mut current = snapshot_of(&self.bound, &object);
+        let current = snapshot_of(&self.bound, &object);
         if current.state != last.state || wait.is_zero() || is_finished(&current.state) {
             return Ok(current);
         }
@@ -251,26 +250,14 @@ impl Pipeline for ResourcePipeline {
             .client
             .watch_object(&self.bound.api, run, &version, wait)
             .await?;
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let event = match tokio::time::timeout_at(deadline, stream.next()).await {
-                Err(_) | Ok(None) => break,
-                Ok(Some(event)) => event,
-            };
-            match event {
-                Ok(Some(changed)) => {
-                    let object = self.own(Self::to_value(changed))?;
-                    current = snapshot_of(&self.bound, &object);
-                    if current.state != last.state {
-                        return Ok(current);
-                    }
-                }
-                Ok(None) => return Err(EngineError::NotFound),
-                Err(e) if e.is_retryable() => return self.read(run).await,
-                Err(e) => return Err(e),
-            }
+        let on_change = |changed: DynamicObject| async move {
+            let object = self.own(Self::to_value(changed))?;
+            Ok((snapshot_of(&self.bound, &object), false))
+        };
+        match api::follow(stream, deadline, &last.state, current, on_change).await? {
+            api::Followed::Latest(snapshot) => Ok(snapshot),
+            api::Followed::Interrupted => self.read(run).await,
         }
-        Ok(current)
     }
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
