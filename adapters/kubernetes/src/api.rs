@@ -1,7 +1,9 @@
 //! The only module that talks to the Kubernetes API server: builds the `kube`
 //! client from the engine settings, makes each call once (kube's own retry layer
 //! is off: throttling is reported, not waited out), and maps every API error to an
-//! [`EngineError`] naming the refused verb and resource.
+//! [`EngineError`] naming the refused verb and resource. It also holds the one
+//! watch-following loop (`follow`) Jobs and resource targets wait through;
+//! `logs::read_page` reads logs through these calls.
 
 use std::time::Duration;
 

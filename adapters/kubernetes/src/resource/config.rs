@@ -405,10 +405,6 @@ impl ResourceTarget {
     }
 }
 
-/// The object a start creates: the template with the arguments at their places,
-/// the run name, namespace, labels, spec hash and TTL. An argument with no
-/// declared place, or a string holding `{{` (template syntax a controller would
-
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
