@@ -1,7 +1,9 @@
 //! The only module that talks to the Kubernetes API server: builds the `kube`
 //! client from the engine settings, makes each call once (kube's own retry layer
 //! is off: throttling is reported, not waited out), and maps every API error to an
-//! [`EngineError`] naming the refused verb and resource.
+//! [`EngineError`] naming the refused verb and resource. It also holds the one
+//! watch-following loop (`follow`) Jobs and resource targets wait through;
+//! `logs::read_page` reads logs through these calls.
 
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
 use serde_json::Value;
 use taskgate_engine::http::status_error;
-use taskgate_engine::{ConfigError, EngineError};
+use taskgate_engine::{ConfigError, EngineError, RunState, Snapshot};
 
 use crate::config::EngineSettings;
 
@@ -36,6 +38,11 @@ pub(crate) enum Created {
     Job,
     /// A Job of that name exists already.
     AlreadyExists,
+}
+
+/// The label selector of the pods of the Job with uid `uid`.
+pub(crate) fn job_pod_selector(uid: &str) -> String {
+    format!("batch.kubernetes.io/controller-uid={uid}")
 }
 
 /// A client for the Jobs and pods of one namespace.
@@ -157,13 +164,7 @@ impl KubeClient {
     ///
     /// See [`map_error`].
     pub async fn job_pods(&self, uid: &str) -> Result<Vec<Pod>, EngineError> {
-        let params =
-            ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));
-        self.pods()
-            .list(&params)
-            .await
-            .map(|list| list.items)
-            .map_err(|e| map_error(&self.action("list", "pods"), e))
+        self.pods_labelled(&job_pod_selector(uid)).await
     }
 
     /// The last `lines` lines (at most `limit_bytes`) of a container's log.
@@ -533,6 +534,59 @@ fn map_status(action: &str, status: &Status) -> EngineError {
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(u64::from(s)));
     status_error(UPSTREAM, status.code, action, message, retry_after)
+}
+
+/// How following a watch ended.
+pub(crate) enum Followed {
+    /// The first snapshot whose state differs from the last one the caller
+    /// saw, or (the deadline passed, the server closed the watch) the latest.
+    Latest(Snapshot),
+    /// The watch could not go on (410 Gone: the version is too old): a fresh
+    /// read answers.
+    Interrupted,
+}
+
+/// Follows a watch of one object (`watch_job`, `watch_object`) until the
+/// snapshot `on_change` makes of a changed object has a state other than
+/// `last` (or `on_change` says it is final: a finished Job), or `deadline`;
+/// `current` is the snapshot before the watch. Jobs and resource targets wait
+/// through this one loop.
+///
+/// # Errors
+///
+/// [`EngineError::NotFound`] when the object is deleted; `on_change`'s errors
+/// and the watch's errors that are not retryable.
+pub(crate) async fn follow<T, S, F, Fut>(
+    stream: S,
+    deadline: tokio::time::Instant,
+    last: &RunState,
+    mut current: Snapshot,
+    mut on_change: F,
+) -> Result<Followed, EngineError>
+where
+    S: Stream<Item = Result<Option<T>, EngineError>>,
+    F: FnMut(T) -> Fut,
+    Fut: std::future::Future<Output = Result<(Snapshot, bool), EngineError>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) | Ok(None) => return Ok(Followed::Latest(current)),
+            Ok(Some(event)) => event,
+        };
+        match event {
+            Ok(Some(changed)) => {
+                let (snapshot, is_final) = on_change(changed).await?;
+                current = snapshot;
+                if is_final || current.state != *last {
+                    return Ok(Followed::Latest(current));
+                }
+            }
+            Ok(None) => return Err(EngineError::NotFound),
+            Err(e) if e.is_retryable() => return Ok(Followed::Interrupted),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

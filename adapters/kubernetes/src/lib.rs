@@ -16,12 +16,11 @@ mod translate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 use taskgate_engine::{
     async_trait, Capabilities, ConfigError, Engine, EngineError, InputAction, InputResponse,
-    LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
+    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
@@ -420,69 +419,15 @@ impl Pipeline for KubernetesPipeline {
         let start = cursor.map(logs::LogCursor::parse).transpose()?;
         let job = self.own_job(run).await?;
         let finished = phase(&job).is_finished();
-        let pods = match job.metadata.uid.as_deref() {
-            Some(uid) => self.client.job_pods(uid).await?,
-            None => Vec::new(),
-        };
-        let sources = logs::sources(&pods);
-        let start = start.unwrap_or_default();
-        let (mut i, mut after) = start.position(&sources);
-        let mut cursor = start;
-        let mut lines: Vec<LogLine> = Vec::new();
-        let mut visited = 0;
-        while i < sources.len() && lines.len() < limit && visited < MAX_LOG_SOURCES_PER_READ {
-            let source = &sources[i];
-            if !source.started {
-                break;
-            }
-            visited += 1;
-            let limit_bytes = i64::try_from(MAX_PAGE_BYTES).unwrap_or(i64::MAX);
-            let body = match self
-                .client
-                .pod_log_since(
-                    &source.pod,
-                    &source.container,
-                    logs::since(after),
-                    limit_bytes,
-                )
-                .await
-            {
-                Ok(body) => body,
-                Err(EngineError::NotFound) => {
-                    lines.push(LogLine::note(&format!(
-                        "{}: the pod is gone",
-                        source.name()
-                    )));
-                    cursor = logs::LogCursor {
-                        done: true,
-                        ..logs::LogCursor::at(source)
-                    };
-                    i += 1;
-                    after = None;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let cut = body.len() >= MAX_PAGE_BYTES;
-            let chunk = logs::chunk(&body, &source.name(), after, limit - lines.len(), cut);
-            lines.extend(chunk.lines);
-            cursor = logs::LogCursor {
-                after: chunk.after,
-                ..logs::LogCursor::at(source)
-            };
-            if !(chunk.at_end && source.terminated) {
-                break;
-            }
-            cursor.done = true;
-            i += 1;
-            after = None;
-        }
-        let complete = finished && i >= sources.len() && sources.iter().all(|s| s.terminated);
-        Ok(LogPage {
-            lines,
-            cursor: cursor.encode(),
-            complete,
-        })
+        let selector = job.metadata.uid.as_deref().map(api::job_pod_selector);
+        logs::read_page(
+            &self.client,
+            selector.as_deref(),
+            start.unwrap_or_default(),
+            finished,
+            limit,
+        )
+        .await
     }
 
     async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
@@ -500,41 +445,27 @@ impl Pipeline for KubernetesPipeline {
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let mut job = self.own_job(run).await?;
+        let job = self.own_job(run).await?;
         if phase(&job).is_finished() {
             return self.snapshot_of(&job).await;
         }
-        let mut current = snapshot(&job, self.bound.approval.as_ref(), None);
+        let current = snapshot(&job, self.bound.approval.as_ref(), None);
         if current.state != last.state || wait.is_zero() {
             return Ok(current);
         }
         let version = job.metadata.resource_version.clone().unwrap_or_default();
         let stream = self.client.watch_job(run, &version, wait).await?;
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let event = match tokio::time::timeout_at(deadline, stream.next()).await {
-                Err(_) | Ok(None) => break,
-                Ok(Some(event)) => event,
-            };
-            match event {
-                Ok(Some(changed)) => {
-                    job = self.check_own(changed)?;
-                    if phase(&job).is_finished() {
-                        return self.snapshot_of(&job).await;
-                    }
-                    current = snapshot(&job, self.bound.approval.as_ref(), None);
-                    if current.state != last.state {
-                        return Ok(current);
-                    }
-                }
-                Ok(None) => return Err(EngineError::NotFound),
-                // The watch could not go on (410 Gone: the version is too old):
-                // a fresh read answers.
-                Err(e) if e.is_retryable() => return self.read(run).await,
-                Err(e) => return Err(e),
+        let on_change = |changed: Job| async move {
+            let job = self.check_own(changed)?;
+            if phase(&job).is_finished() {
+                return Ok((self.snapshot_of(&job).await?, true));
             }
+            Ok((snapshot(&job, self.bound.approval.as_ref(), None), false))
+        };
+        match api::follow(stream, deadline, &last.state, current, on_change).await? {
+            api::Followed::Latest(snapshot) => Ok(snapshot),
+            api::Followed::Interrupted => self.read(run).await,
         }
-        Ok(current)
     }
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {

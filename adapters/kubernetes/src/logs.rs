@@ -1,5 +1,7 @@
-//! Pod logs as pages: the pure parts (which containers to read in what order,
-//! a log body read with `timestamps=true` → lines, and the cursor).
+//! Pod logs as pages, for Jobs and resource targets alike: the one read loop
+//! ([`read_page`], over the pods a label selector names) and its pure parts
+//! (which containers to read in what order, a log body read with
+//! `timestamps=true` → lines, and the cursor).
 //!
 //! The sources of a Job are its pods' containers, ordered by the pod's
 //! creation time, the pod's name and the container's place in the pod spec. A
@@ -13,7 +15,83 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use taskgate_engine::{EngineError, LogLine, MAX_CURSOR_BYTES};
+use taskgate_engine::{EngineError, LogLine, LogPage, MAX_CURSOR_BYTES, MAX_PAGE_BYTES};
+
+use crate::api::KubeClient;
+use crate::MAX_LOG_SOURCES_PER_READ;
+
+/// One page of the logs of the pods `selector` names (none without one), from
+/// `start` on: 1 pod list, then 1 log read per container visited (at most
+/// [`MAX_LOG_SOURCES_PER_READ`]). `finished`: the run will start no more pods,
+/// so the page is `complete` once every container was read to its end.
+///
+/// # Errors
+///
+/// The pod list's or a log read's error; a pod gone meanwhile is a note line.
+pub(crate) async fn read_page(
+    client: &KubeClient,
+    selector: Option<&str>,
+    start: LogCursor,
+    finished: bool,
+    limit: usize,
+) -> Result<LogPage, EngineError> {
+    let pods = match selector {
+        Some(selector) => client.pods_labelled(selector).await?,
+        None => Vec::new(),
+    };
+    let sources = sources(&pods);
+    let (mut i, mut after) = start.position(&sources);
+    let mut cursor = start;
+    let mut lines: Vec<LogLine> = Vec::new();
+    let mut visited = 0;
+    while i < sources.len() && lines.len() < limit && visited < MAX_LOG_SOURCES_PER_READ {
+        let source = &sources[i];
+        if !source.started {
+            break;
+        }
+        visited += 1;
+        let limit_bytes = i64::try_from(MAX_PAGE_BYTES).unwrap_or(i64::MAX);
+        let body = match client
+            .pod_log_since(&source.pod, &source.container, since(after), limit_bytes)
+            .await
+        {
+            Ok(body) => body,
+            Err(EngineError::NotFound) => {
+                lines.push(LogLine::note(&format!(
+                    "{}: the pod is gone",
+                    source.name()
+                )));
+                cursor = LogCursor {
+                    done: true,
+                    ..LogCursor::at(source)
+                };
+                i += 1;
+                after = None;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let cut = body.len() >= MAX_PAGE_BYTES;
+        let chunk = chunk(&body, &source.name(), after, limit - lines.len(), cut);
+        lines.extend(chunk.lines);
+        cursor = LogCursor {
+            after: chunk.after,
+            ..LogCursor::at(source)
+        };
+        if !(chunk.at_end && source.terminated) {
+            break;
+        }
+        cursor.done = true;
+        i += 1;
+        after = None;
+    }
+    let complete = finished && i >= sources.len() && sources.iter().all(|s| s.terminated);
+    Ok(LogPage {
+        lines,
+        cursor: cursor.encode(),
+        complete,
+    })
+}
 
 /// One container of one pod of the Job.
 #[derive(Debug, Clone, PartialEq, Eq)]
