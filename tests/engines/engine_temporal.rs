@@ -508,17 +508,18 @@ async fn a_listened_workflow_costs_no_requests_while_nothing_changes() {
     let Some(addr) = address() else { return };
     let ns = "default";
     let w = Worker::start(&addr, ns, "listen");
-    // A long poll interval: the watch's long poll lasts that long (or until the
-    // server ends it); a change still arrives at once.
+    // A poll interval longer than the quiet window below: the watch's long poll
+    // lasts that long (or until the server ends it, after its long-poll expiry
+    // of 20 s, and taskgate renews it); a change still arrives at once.
     let s = setup(
         &addr,
         ns,
-        &tool(&w.queue, "TaskgateSucceed", "", "").replace("\"200ms\"", "\"30s\""),
+        &tool(&w.queue, "TaskgateSucceed", "", "").replace("\"200ms\"", "\"120s\""),
     );
     let server = Server::start(&s).await;
     let c = server.client();
     let task = c
-        .start_task("wf", json!({"name": "listener", "wait_seconds": 10}))
+        .start_task("wf", json!({"name": "listener", "wait_seconds": 60}))
         .await;
     // The workflow's first task is done (its timer started) once a worker
     // completed a workflow task; from then on its history stays still.
@@ -536,22 +537,52 @@ async fn a_listened_workflow_costs_no_requests_while_nothing_changes() {
         (n > polls).then_some(()).ok_or_else(|| n.to_string())
     })
     .await;
-    let before = temporal_requests(ns, TASKGATE_OPS).await;
+    // A quiet window longer than the server's long-poll expiry (20 s), so a
+    // renewed long poll shows, and than a read-per-interval watch would need.
+    const QUIET: Duration = Duration::from_secs(45);
+    let reads: Vec<&str> = TASKGATE_OPS
+        .iter()
+        .copied()
+        .filter(|op| *op != "PollWorkflowExecutionHistory")
+        .collect();
+    let reads_before = temporal_requests(ns, &reads).await;
+    let polls_before = temporal_requests(ns, &["PollWorkflowExecutionHistory"]).await;
+    // Sample the server's counter through the window: when each renewed long
+    // poll began.
     let watched = Instant::now();
-    until("three quiet seconds", LIMIT, || async {
-        if watched.elapsed() >= Duration::from_secs(3) {
-            Ok(())
-        } else {
-            Err(format!("{:?}", watched.elapsed()))
+    let mut renewals = Vec::new();
+    let mut seen = polls_before;
+    while watched.elapsed() < QUIET {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let n = temporal_requests(ns, &["PollWorkflowExecutionHistory"]).await;
+        if n > seen {
+            renewals.push(watched.elapsed());
+            seen = n;
         }
-    })
-    .await;
-    let after = temporal_requests(ns, TASKGATE_OPS).await;
+    }
+    let reads_during = temporal_requests(ns, &reads).await - reads_before;
+    let polls_during =
+        temporal_requests(ns, &["PollWorkflowExecutionHistory"]).await - polls_before;
     println!(
-        "taskgate requests to Temporal during 3 s of a listened, quiet workflow: {}",
-        after - before
+        "taskgate requests to Temporal during {QUIET:?} of a listened, quiet workflow: \
+         {reads_during} reads, {polls_during} history long-poll requests, made at {renewals:?}"
     );
-    assert_eq!(after, before, "the listened, quiet workflow cost requests");
+    assert_eq!(reads_during, 0, "the listened, quiet workflow was read");
+    // The server ends a long poll after its expiry (20 s) and taskgate renews
+    // it: the server counts two requests at each renewal (measured on
+    // v1.32.1), so at most two per moment the count moved.
+    assert!(
+        polls_during as usize <= 2 * (renewals.len() + 1),
+        "{polls_during} long-poll requests at {renewals:?}"
+    );
+    // Never a renewal within a few seconds of the last (a watch polling at a
+    // pace rather than waiting).
+    for pair in renewals.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_secs(5),
+            "history long polls renewed at {renewals:?}: the watch is polling, not waiting"
+        );
+    }
     let done = loop {
         let n = stream
             .next(LIMIT)
@@ -566,10 +597,10 @@ async fn a_listened_workflow_costs_no_requests_while_nothing_changes() {
         "{done}"
     );
     // The history long poll ends with the workflow's events: the completion
-    // (about 10 s after the start) arrives long before a 30 s poll interval
+    // (about 60 s after the start) arrives long before the 120 s poll interval
     // would have read again.
     assert!(
-        opened.elapsed() < Duration::from_secs(25),
+        opened.elapsed() < Duration::from_secs(100),
         "the completion came late: {:?}",
         opened.elapsed()
     );
