@@ -105,6 +105,7 @@ fn request(name: &str, arguments: Value) -> StartRequest {
         arguments,
         caller_tag: "0123456789abcdef".into(),
         keep_alive: None,
+        trace: None,
     }
 }
 

@@ -14,6 +14,7 @@
 //! single-flight reads, the per-request call budget: `src/core/stack/` of the
 //! server), so an engine writes none of them.
 
+mod discover;
 mod env;
 mod error;
 pub mod http;
@@ -21,7 +22,9 @@ mod logs;
 mod pipeline;
 mod state;
 pub mod testing;
+mod trace;
 
+pub use discover::{DiscoverOptions, Discovered};
 pub use env::canonical_json;
 pub use env::{arg_env_name, arg_env_value, arguments_env};
 pub use error::{BoxError, ConfigError, EngineError};
@@ -33,6 +36,7 @@ pub use pipeline::{from_value, Capabilities, Engine, NativeRef, Pipeline, StartR
 pub use state::{
     Content, InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
 };
+pub use trace::{TraceContext, TraceContextError, MAX_TRACESTATE_BYTES};
 
 /// Re-exported so engines implement the traits with the same macro version.
 pub use async_trait::async_trait;

@@ -8,9 +8,11 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::discover::{DiscoverOptions, Discovered};
 use crate::error::{ConfigError, EngineError};
 use crate::logs::LogPage;
 use crate::state::{InputResponse, Snapshot};
+use crate::trace::TraceContext;
 
 /// An opaque reference to a native run: an execution ARN, a Job name, a run id,
 /// a spool folder name. It travels sealed inside task handles and is never shown
@@ -48,6 +50,19 @@ pub trait Engine: Send + Sync + 'static {
     /// human-readable findings; the default keeps nothing and does nothing.
     async fn tidy(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Lists the pipelines the engine already runs, each as a tool entry
+    /// (`taskgate discover`). Reads only; starts nothing. The default answers
+    /// [`EngineError::Unsupported`].
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unsupported`] by default; any other [`EngineError`] from
+    /// the engine.
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        let _ = options;
+        Err(EngineError::unsupported("discover"))
     }
 }
 
@@ -134,6 +149,10 @@ pub struct StartRequest {
     pub caller_tag: String,
     /// How long to keep the run after it finishes, when the server decided one.
     pub keep_alive: Option<Duration>,
+    /// The trace context of taskgate's span that starts the run, when tracing
+    /// is on: engines that can carry it into the run do (see each engine's
+    /// README), so the pipeline's own spans join the same trace.
+    pub trace: Option<TraceContext>,
 }
 
 /// A tool bound to a native pipeline.

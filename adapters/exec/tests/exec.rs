@@ -47,6 +47,7 @@ fn request(run_name: &str, arguments: Value) -> StartRequest {
         arguments,
         caller_tag: "0".repeat(16),
         keep_alive: None,
+        trace: None,
     }
 }
 

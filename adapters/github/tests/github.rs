@@ -62,6 +62,7 @@ fn request(run_name: &str, arguments: Value) -> StartRequest {
         arguments,
         caller_tag: "0123456789abcdef".into(),
         keep_alive: None,
+        trace: None,
     }
 }
 

@@ -474,6 +474,7 @@ impl Pipeline for KubernetesPipeline {
             arguments: Value::Object(serde_json::Map::new()),
             caller_tag: "0".repeat(16),
             keep_alive: None,
+            trace: None,
         };
         let mut job = render_job(
             &self.bound,

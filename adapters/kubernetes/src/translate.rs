@@ -893,6 +893,7 @@ mod tests {
             arguments,
             caller_tag: "0123456789abcdef".into(),
             keep_alive: None,
+            trace: None,
         }
     }
 

@@ -319,6 +319,7 @@ fn request(run_name: &str, arguments: Value) -> StartRequest {
         arguments,
         caller_tag: "00c0ffee00c0ffee".into(),
         keep_alive: None,
+        trace: None,
     }
 }
 

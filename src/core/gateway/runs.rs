@@ -86,6 +86,7 @@ impl Gateway {
             arguments,
             caller_tag: caller_tag(caller),
             keep_alive: Some(retention),
+            trace: None,
         };
         let native = match tool.pipeline.start(request).await {
             Ok(native) => native,

@@ -180,6 +180,7 @@ mod tests {
             arguments: serde_json::json!({}),
             caller_tag: "0".repeat(16),
             keep_alive: None,
+            trace: None,
         };
         let err = p.start(req).await.unwrap_err();
         assert!(matches!(

@@ -339,6 +339,7 @@ mod tests {
                 arguments: serde_json::json!({}),
                 caller_tag: "0".repeat(16),
                 keep_alive: None,
+                trace: None,
             })
             .await
             .unwrap();

@@ -196,6 +196,7 @@ mod tests {
             arguments: serde_json::json!({}),
             caller_tag: "0".repeat(16),
             keep_alive: None,
+            trace: None,
         };
         let began = tokio::time::Instant::now();
         assert!(p.start(req).await.unwrap_err().is_retryable());

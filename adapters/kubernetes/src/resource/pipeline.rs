@@ -266,6 +266,7 @@ impl Pipeline for ResourcePipeline {
             arguments: Value::Object(Map::new()),
             caller_tag: "0".repeat(16),
             keep_alive: None,
+            trace: None,
         };
         let rendered = render_object(
             &self.bound,

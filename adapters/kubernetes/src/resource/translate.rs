@@ -486,6 +486,7 @@ mod tests {
             arguments,
             caller_tag: "0123456789abcdef".into(),
             keep_alive: Some(Duration::from_secs(600)),
+            trace: None,
         }
     }
 
