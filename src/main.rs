@@ -92,6 +92,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::TasksCommand,
     },
+    /// Print the entry an AI host (Claude Desktop, Claude Code, VS Code,
+    /// Cursor, or any `mcpServers` host) needs to use taskgate: spawning
+    /// `taskgate serve --stdio` on a config, or reaching a running server at
+    /// `--url` with its token read from an environment variable by the host.
+    HostConfig(cli::host_config::HostConfigArgs),
     /// Print a fresh sealing secret (the base64 text of 32 random bytes) for
     /// `[keys]`: `export TASKGATE_SEAL_KEY="$(taskgate keygen)"`, or write it to
     /// the file a key's `secret_file` names.
@@ -106,9 +111,20 @@ enum Command {
     },
 }
 
+/// Whether log lines on stderr carry ANSI colour: text logs only, only when
+/// stderr is a terminal (not a file, a pipe or a pod's log), and never when
+/// `NO_COLOR` is set to a non-empty value (no-color.org). JSON logs never do.
+fn colour_on_stderr(format: LogFormat) -> bool {
+    use std::io::IsTerminal as _;
+    matches!(format, LogFormat::Text)
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// The log on stderr, filtered by `TASKGATE_LOG` (default `info`), and the
 /// audit trail in its own sink, which that filter does not touch: every event
-/// of `taskgate::audit` at `info` goes there, and only there.
+/// of `taskgate::audit` at `info` goes there, and only there. Colour only as
+/// [`colour_on_stderr`] decides.
 fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
     use tracing_subscriber::filter::{filter_fn, FilterExt as _, Targets};
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -120,7 +136,10 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TASKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let not_audit = filter_fn(move |m| m.target() != audit_target);
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let ansi = colour_on_stderr(format);
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let logs: Boxed = match format {
         LogFormat::Text => logs.with_filter(filter.and(not_audit)).boxed(),
         LogFormat::Json => logs.json().with_filter(filter.and(not_audit)).boxed(),
@@ -129,7 +148,9 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
     let audit: Option<Boxed> = match audit_log {
         "off" => None,
         "stderr" | "" => {
-            let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+            let layer = tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi);
             Some(match format {
                 LogFormat::Text => layer.with_filter(only_audit).boxed(),
                 LogFormat::Json => layer.json().with_filter(only_audit).boxed(),
@@ -327,6 +348,7 @@ async fn run(command: Command) -> ExitCode {
         },
         Command::Call(args) => cli::call(args).await,
         Command::Tasks { command } => cli::tasks(command).await,
+        Command::HostConfig(args) => cli::host_config::run(&args),
         #[cfg(feature = "exec")]
         Command::Supervise { .. } => unreachable!("handled before the runtime starts"),
         Command::Keygen => unreachable!("handled before the runtime starts"),

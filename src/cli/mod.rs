@@ -1,4 +1,6 @@
-//! `taskgate call` and `taskgate tasks`: a client for people.
+//! `taskgate call` and `taskgate tasks`: a client for people; and
+//! `taskgate host-config` ([`host_config`]), which prints an AI host's entry
+//! for taskgate.
 //!
 //! The top layer of the binary, beside the server and importing none of it
 //! (only the header names of `taskgate::rpc::header`, shared vocabulary):
@@ -20,6 +22,10 @@
 //! is an error), 2 usage or invalid arguments, 3 cancelled, 4 input needed but
 //! no way to answer it (no terminal, no `--answer`), 5 error talking to the
 //! server, 130 interrupted and left running.
+//!
+//! `host_config` alone also reads a config file, through the pure parser
+//! `taskgate::core::config::load` (nothing is built, no engine is called), to
+//! name the environment variables a spawned server needs.
 
 /// A line on stdout; a closed stdout (a pipe whose reader went away) is not
 /// an error worth a panic.
@@ -47,6 +53,7 @@ macro_rules! tell_raw {
 }
 
 pub mod args;
+pub mod host_config;
 pub mod prompt;
 pub mod render;
 pub mod sanitize;

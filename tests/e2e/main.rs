@@ -14,6 +14,8 @@
 //! - `logs`, `metrics`, `notifications`: `taskgate_logs`, `/metrics`, push
 //!   notifications;
 //! - `cli_call`: `taskgate call` and `taskgate tasks`;
+//! - `host_config`: `taskgate host-config`, each host's entry; `log_colour`:
+//!   colour in log lines only on a terminal;
 //! - `rmcp_client`: the Rust MCP SDK as a client.
 //!
 //! Adding a file: put `tests/e2e/NAME.rs` next to this one, start it with
@@ -31,6 +33,8 @@ mod core_http;
 mod core_stdio;
 mod dialects_legacy;
 mod dialects_sep1391;
+mod host_config;
+mod log_colour;
 mod logs;
 mod metrics;
 mod notifications;

@@ -109,6 +109,7 @@ refused "a dev_secret anywhere is refused" "secrets do not belong in values" \
 refused "a token under an engine is refused" "config.engines.gh.token" \
   --set 'config.engines.gh.kind=github' --set 'config.engines.gh.token=ghp_x'
 refused "an unknown mode is refused" "mode must be standalone or sidecar" --set mode=daemon
+refused "an unknown logFormat is refused" "neither json nor text" "${with_caller[@]}" --set logFormat=pretty
 
 # No anonymous callers from the network (item 1): standalone, or any address other
 # pods reach, needs bearer tokens or OAuth.
@@ -147,6 +148,8 @@ if render -f "$chart/ci/standalone-values.yaml" --set 'secretMounts[0].name=gh' 
     "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
   expect "/metrics on its own port, probes there, the ServiceMonitor there" "9808 metrics metrics metrics" \
     "$(field Deployment '{.spec.template.spec.containers[0].ports[?(@.name=="metrics")].containerPort} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.port}') $(sed -n 's/^  - port: //p' "$scratch/sm.yaml")"
+  expect "JSON logs by default (the container's first arguments)" "--log-format json serve" \
+    "$(field Deployment '{.spec.template.spec.containers[0].args[0]} {.spec.template.spec.containers[0].args[1]} {.spec.template.spec.containers[0].args[2]}')"
   toml=$(field ConfigMap '{.data.taskgate\.toml}')
   grep -q '^metrics_listen = "0.0.0.0:9808"$' <<<"$toml" && ok "server.metrics_listen in the config" \
     || bad "no metrics_listen in: $toml"
@@ -161,11 +164,13 @@ else
 fi
 # No kubernetes engine: no API token, no Role; an engine outside the cluster: HTTPS out;
 # a Prometheus allowed in on the metrics port.
-if render "${with_caller[@]}" --set config.engines.cluster=null --set config.engines.gh.kind=github \
+if render "${with_caller[@]}" --set logFormat=text --set config.engines.cluster=null --set config.engines.gh.kind=github \
      --set config.engines.gh.token_env=GITHUB_TOKEN \
      --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring'; then
   expect "no kubernetes engine: no ServiceAccount token is mounted" "false false" \
     "$(field Deployment '{.spec.template.spec.automountServiceAccountToken}') $(field ServiceAccount '{.automountServiceAccountToken}')"
+  expect "logFormat=text: text logs" "--log-format text" \
+    "$(field Deployment '{.spec.template.spec.containers[0].args[0]} {.spec.template.spec.containers[0].args[1]}')"
   expect "no kubernetes engine: no Role, no RoleBinding" "" "$(field Role '{.metadata.name}')$(field RoleBinding '{.metadata.name}')"
   expect "NetworkPolicy: metrics port from the monitoring namespace" \
     '8808:;9808:monitoring;' \

@@ -271,7 +271,10 @@ strings, which are valid TOML basic strings. Maps become inline tables.
 name: taskgate
 image: {{ include "taskgate.image" . }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
-args: ["serve", "--config", "/etc/taskgate/taskgate.toml"]
+{{- if not (has .Values.logFormat (list "json" "text")) }}
+{{- fail (printf "logFormat: %q is neither json nor text" .Values.logFormat) }}
+{{- end }}
+args: ["--log-format", {{ .Values.logFormat | quote }}, "serve", "--config", "/etc/taskgate/taskgate.toml"]
 ports:
 - name: http
   containerPort: {{ int .Values.port }}
