@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 /// The AI hosts `host-config` writes for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -322,8 +322,22 @@ fn placement(host: Host, name: &str) -> String {
     }
 }
 
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).expect("JSON values serialize")
+/// One server entry, its fields in the order the hosts' documentation shows
+/// them (a struct, as `serde_json`'s maps here sort their keys).
+#[derive(Debug, Default, serde::Serialize)]
+struct Entry<'a> {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<[&'a str; 4]>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<&'a str, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<&'static str, String>,
 }
 
 /// The entry for `host` (pure: the tests and the command share it).
@@ -343,25 +357,22 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
             // VS Code: type "stdio", command, args, env, envFile
             // (https://code.visualstudio.com/docs/copilot/reference/mcp-configuration).
             // Cursor: command, args, env (https://cursor.com/docs/mcp).
-            let mut e = Map::new();
-            if matches!(host, Host::ClaudeCode | Host::Vscode) {
-                e.insert("type".into(), json!("stdio"));
-            }
-            e.insert("command".into(), json!(command));
-            e.insert(
-                "args".into(),
-                json!(["serve", "--stdio", "--config", config]),
-            );
-            let refs: Map<String, Value> = env
-                .iter()
-                .filter_map(|(var, _)| reference(host, var).map(|r| (var.clone(), json!(r))))
-                .collect();
-            if !refs.is_empty() {
-                e.insert("env".into(), Value::Object(refs));
-            }
+            let entry = Entry {
+                kind: matches!(host, Host::ClaudeCode | Host::Vscode).then_some("stdio"),
+                command: Some(command),
+                args: Some(["serve", "--stdio", "--config", config]),
+                env: env
+                    .iter()
+                    .filter_map(|(var, _)| reference(host, var).map(|r| (var.as_str(), r)))
+                    .collect(),
+                ..Entry::default()
+            };
             let expands = reference(host, "VAR").is_some();
             if !expands && !env.is_empty() {
-                let list: Vec<String> = env.iter().map(|(v, from)| format!("{v} ({from})")).collect();
+                let list: Vec<String> = env
+                    .iter()
+                    .map(|(v, from)| format!("{v} ({from})"))
+                    .collect();
                 notes.push(match host {
                     Host::ClaudeDesktop => format!(
                         "Claude Desktop expands no variables in its config and starts servers \
@@ -377,7 +388,7 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
                     ),
                 });
             }
-            Value::Object(e)
+            entry
         }
         Server::Remote { url, token_env } => {
             if host == Host::ClaudeDesktop {
@@ -411,11 +422,11 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
             // url, headers
             // (https://code.visualstudio.com/docs/copilot/reference/mcp-configuration).
             // Cursor: url, headers (https://cursor.com/docs/mcp).
-            let mut e = Map::new();
-            if matches!(host, Host::ClaudeCode | Host::Vscode) {
-                e.insert("type".into(), json!("http"));
-            }
-            e.insert("url".into(), json!(url));
+            let mut entry = Entry {
+                kind: matches!(host, Host::ClaudeCode | Host::Vscode).then_some("http"),
+                url: Some(url),
+                ..Entry::default()
+            };
             match token_env {
                 Some(var) => {
                     let value = match reference(host, var) {
@@ -429,10 +440,9 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
                             format!("${{{var}}}")
                         }
                     };
-                    e.insert(
-                        "headers".into(),
-                        json!({ "Authorization": format!("Bearer {value}") }),
-                    );
+                    entry
+                        .headers
+                        .insert("Authorization", format!("Bearer {value}"));
                     notes.push(format!(
                         "set {var} in the environment the host starts from; the entry holds \
                          only its name"
@@ -451,7 +461,7 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
                      readable; use https://"
                 ));
             }
-            Value::Object(e)
+            entry
         }
     };
     let top = if host == Host::Vscode {
@@ -459,13 +469,13 @@ pub fn render(host: Host, name: &str, server: &Server) -> Rendered {
     } else {
         "mcpServers"
     };
-    let mut servers = Map::new();
-    servers.insert(name.to_owned(), entry);
-    let mut doc = Map::new();
-    doc.insert(top.to_owned(), Value::Object(servers));
+    let doc = BTreeMap::from([(top, BTreeMap::from([(name, entry)]))]);
     notes.insert(0, placement(host, name));
     Rendered {
-        out: format!("{}\n", pretty(&Value::Object(doc))),
+        out: format!(
+            "{}\n",
+            serde_json::to_string_pretty(&doc).expect("an entry serializes")
+        ),
         notes,
     }
 }
@@ -481,12 +491,14 @@ pub fn run(args: &HostConfigArgs) -> ExitCode {
         }
     };
     let rendered = render(args.host, &args.name, &server);
-    for note in &rendered.notes {
-        tell!("note: {note}");
-    }
     {
         use std::io::Write as _;
-        let _ = write!(std::io::stdout(), "{}", rendered.out);
+        let mut stdout = std::io::stdout();
+        let _ = write!(stdout, "{}", rendered.out);
+        let _ = stdout.flush();
+    }
+    for note in &rendered.notes {
+        tell!("note: {note}");
     }
     ExitCode::SUCCESS
 }
@@ -494,6 +506,7 @@ pub fn run(args: &HostConfigArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn stdio() -> Server {
         Server::Stdio {

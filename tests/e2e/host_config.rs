@@ -19,7 +19,13 @@ use common::{Setup, KEY_SECRET, KEY_VAR};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
-const HOSTS: [&str; 5] = ["claude-desktop", "claude-code", "vscode", "cursor", "generic"];
+const HOSTS: [&str; 5] = [
+    "claude-desktop",
+    "claude-code",
+    "vscode",
+    "cursor",
+    "generic",
+];
 /// A token that must never be printed.
 const TOKEN: &str = "tg-secret-token-5f1e0c9a7b";
 const URL: &str = "https://taskgate.example.com/mcp";
@@ -99,7 +105,9 @@ fn format(host: &str) -> Format {
 
 /// Checks `entry` against the documented fields: none other, each of its type.
 fn assert_fields(host: &str, entry: &Value, fields: &[(&str, &str)], want_type: Option<&str>) {
-    let obj = entry.as_object().unwrap_or_else(|| panic!("{host}: {entry}"));
+    let obj = entry
+        .as_object()
+        .unwrap_or_else(|| panic!("{host}: {entry}"));
     for (k, v) in obj {
         let kind = fields
             .iter()
@@ -108,9 +116,7 @@ fn assert_fields(host: &str, entry: &Value, fields: &[(&str, &str)], want_type: 
             .unwrap_or_else(|| panic!("{host}: field {k:?} is not documented: {entry}"));
         let ok = match kind {
             "string" => v.is_string(),
-            "strings" => v
-                .as_array()
-                .is_some_and(|a| a.iter().all(Value::is_string)),
+            "strings" => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             "map" => v
                 .as_object()
                 .is_some_and(|m| m.values().all(Value::is_string)),
@@ -197,10 +203,7 @@ async fn initialize_through(entry: &Value, env: &BTreeMap<String, String>) -> Va
     drop(stdin);
     let Ok(Some(line)) = line else {
         let out = child.wait_with_output().await.unwrap();
-        panic!(
-            "no answer to initialize; stderr: {}",
-            text(&out.stderr)
-        );
+        panic!("no answer to initialize; stderr: {}", text(&out.stderr));
     };
     let _ = child.kill().await;
     serde_json::from_str(&line).expect("a JSON-RPC line")
@@ -259,7 +262,10 @@ fn each_host_gets_its_documented_stdio_entry_with_absolute_paths() {
                 Some(r) => assert_eq!(entry["env"][var], json!(r), "{host}: {entry}"),
                 None => {
                     assert!(entry.get("env").is_none(), "{host}: {entry}");
-                    assert!(stderr.contains(var), "{host}: the note names {var}: {stderr}");
+                    assert!(
+                        stderr.contains(var),
+                        "{host}: the note names {var}: {stderr}"
+                    );
                 }
             }
         }
@@ -339,8 +345,8 @@ fn remote_entries_name_the_token_variable_and_never_hold_the_token() {
         let entry = the_entry(host, &out, "taskgate");
         assert_fields(host, &entry, f.remote, f.remote_type);
         assert_eq!(entry["url"], URL, "{host}");
-        let want = reference(host, "TASKGATE_TOKEN")
-            .unwrap_or_else(|| "${TASKGATE_TOKEN}".to_owned());
+        let want =
+            reference(host, "TASKGATE_TOKEN").unwrap_or_else(|| "${TASKGATE_TOKEN}".to_owned());
         assert_eq!(
             entry["headers"],
             json!({ "Authorization": format!("Bearer {want}") }),
@@ -359,23 +365,44 @@ fn bad_names_variables_urls_and_configs_are_refused() {
     let setup = Setup::new();
     let config = setup.config.to_str().unwrap();
     let cases: [(&[&str], &str); 9] = [
-        (&["cursor", "--url", URL, "--token-env", "T}\"x"], "--token-env"),
-        (&["cursor", "--url", URL, "--token-env", "A B"], "--token-env"),
         (
-            &["vscode", "--url", "https://user:pw@taskgate.example.com/mcp"],
+            &["cursor", "--url", URL, "--token-env", "T}\"x"],
+            "--token-env",
+        ),
+        (
+            &["cursor", "--url", URL, "--token-env", "A B"],
+            "--token-env",
+        ),
+        (
+            &[
+                "vscode",
+                "--url",
+                "https://user:pw@taskgate.example.com/mcp",
+            ],
             "credential",
         ),
         (&["vscode", "--url", "file:///etc/passwd"], "http"),
         (&["vscode", "--url", "not a url"], "--url"),
         (&["generic", "--config", config, "--name", "a\"b"], "--name"),
         (&["generic", "--config", config, "--env", "X=1"], "--env"),
-        (&["generic", "--config", "/nonexistent/taskgate.toml"], "config file"),
+        (
+            &["generic", "--config", "/nonexistent/taskgate.toml"],
+            "config file",
+        ),
         // Both ways at once.
-        (&["generic", "--config", config, "--url", URL], "cannot be used with"),
+        (
+            &["generic", "--config", config, "--url", URL],
+            "cannot be used with",
+        ),
     ];
     for (args, says) in cases {
         let out = host_config(args, &[]);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
         let stderr = text(&out.stderr);
         assert!(stderr.contains(says), "{args:?}: {stderr}");

@@ -20,10 +20,17 @@ const ESC: u8 = 0x1b;
 /// environment without the variables that change its logs.
 fn command(extra: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(common::bin());
-    cmd.args(["--audit-log", "off"])
-        .args(extra)
-        .args(["check-config", "--config", "/nonexistent/taskgate.toml"]);
-    for var in ["NO_COLOR", "TASKGATE_LOG_FORMAT", "TASKGATE_LOG", "TASKGATE_AUDIT_LOG"] {
+    cmd.args(["--audit-log", "off"]).args(extra).args([
+        "check-config",
+        "--config",
+        "/nonexistent/taskgate.toml",
+    ]);
+    for var in [
+        "NO_COLOR",
+        "TASKGATE_LOG_FORMAT",
+        "TASKGATE_LOG",
+        "TASKGATE_AUDIT_LOG",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
