@@ -171,7 +171,8 @@ fn check_var(what: &str, name: &str) -> Result<(), HostConfigError> {
 }
 
 /// Checks a `--url`: absolute http(s), no user name or password in it (a
-/// credential in the host's file), no fragment.
+/// credential in the host's file), no `${` (which hosts would expand), no
+/// fragment.
 fn check_url(url: &str) -> Result<String, HostConfigError> {
     let bad = |why: &str| HostConfigError::Url {
         url: url.to_owned(),
@@ -189,6 +190,12 @@ fn check_url(url: &str) -> Result<String, HostConfigError> {
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(bad("the URL names no host"));
+    }
+    if url.contains("${") {
+        return Err(bad(
+            "hosts expand ${...} in a URL: it could send one of their environment variables \
+             to the server",
+        ));
     }
     if parsed.fragment().is_some() {
         return Err(bad("a URL fragment is never sent to a server"));
@@ -571,6 +578,7 @@ mod tests {
             "file:///etc/passwd",
             "tg.example.com/mcp",
             "https://tg.example.com/mcp#x",
+            "https://tg.example.com/mcp?t=${GITHUB_TOKEN}",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
         }

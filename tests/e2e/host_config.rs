@@ -364,7 +364,7 @@ fn remote_entries_name_the_token_variable_and_never_hold_the_token() {
 fn bad_names_variables_urls_and_configs_are_refused() {
     let setup = Setup::new();
     let config = setup.config.to_str().unwrap();
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["cursor", "--url", URL, "--token-env", "T}\"x"],
             "--token-env",
@@ -382,6 +382,14 @@ fn bad_names_variables_urls_and_configs_are_refused() {
             "credential",
         ),
         (&["vscode", "--url", "file:///etc/passwd"], "http"),
+        (
+            &[
+                "claude-code",
+                "--url",
+                "https://taskgate.example.com/mcp?k=${HOME}",
+            ],
+            "expand",
+        ),
         (&["vscode", "--url", "not a url"], "--url"),
         (&["generic", "--config", config, "--name", "a\"b"], "--name"),
         (&["generic", "--config", config, "--env", "X=1"], "--env"),
