@@ -287,11 +287,14 @@ fn reference(host: Host, var: &str) -> Option<String> {
         // "Environment variable expansion in .mcp.json").
         Host::ClaudeCode => Some(format!("${{{var}}}")),
         // Cursor: `${env:NAME}` in command, args, env, url and headers
-        // (https://cursor.com/docs/mcp, "Config interpolation").
+        // (https://cursor.com/docs/mcp).
         Host::Cursor => Some(format!("${{env:{var}}}")),
-        // VS Code: `${env:Name}`, one of the variables mcp.json accepts
-        // (https://code.visualstudio.com/docs/copilot/reference/mcp-configuration,
-        // https://code.visualstudio.com/docs/reference/variables-reference#_environment-variables).
+        // VS Code: mcp.json takes VS Code's variables
+        // (https://code.visualstudio.com/docs/copilot/reference/mcp-configuration),
+        // whose form for an environment variable is `${env:Name}`
+        // (https://code.visualstudio.com/docs/reference/variables-reference#_environment-variables).
+        // (Its page suggests `${input:…}` prompts for secrets; an input would
+        // be typed into VS Code, not read from the environment.)
         Host::Vscode => Some(format!("${{env:{var}}}")),
         // Claude Desktop documents no expansion in claude_desktop_config.json
         // (https://modelcontextprotocol.io/docs/develop/connect-local-servers):
