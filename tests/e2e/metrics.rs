@@ -2,7 +2,8 @@
 //! method, dialect and outcome; engine calls by engine, tool and operation; a
 //! forged handle on the refused-handles counter; an engine error by kind; and no
 //! label value carrying a task id or an argument. Then `promtool check metrics`
-//! on a scrape under load, and a real Prometheus server scraping taskgate.
+//! on a scrape under load, and a real Prometheus server scraping taskgate
+//! ([`Prometheus`], also used by `dashboard.rs`).
 
 use crate::common;
 
@@ -238,55 +239,8 @@ async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
             .await;
         assert!(reply.is_ok(), "{}", reply.raw);
     }
-    let target = server.base.trim_start_matches("http://").to_owned();
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )
-    .unwrap();
-    let port = common::free_port();
-    let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
-    let child = std::process::Command::new(&prometheus)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            data.path().join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {prometheus}: {e}"));
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _guard = Kill(child);
-
-    let api = format!("http://127.0.0.1:{port}/api/v1/query");
-    let query = |q: &'static str| {
-        let api = api.clone();
-        async move {
-            let body: serde_json::Value = reqwest::Client::new()
-                .get(&api)
-                .query(&[("query", q)])
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let value = body["data"]["result"][0]["value"][1].as_str()?;
-            value.parse::<f64>().ok()
-        }
-    };
+    let prom = Prometheus::start(&prometheus, &server.base);
+    let query = |q: &'static str| prom.value(q);
     let calls = wait_for("Prometheus to scrape the tools/call counter", Duration::from_secs(60), || async {
         query("sum(taskgate_mcp_requests_total{method=\"tools/call\",dialect=\"2026-07-28\",outcome=\"ok\"})")
             .await
@@ -303,4 +257,89 @@ async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
     assert_eq!(up, Some(1.0));
     let build = query("count(taskgate_build_info)").await;
     assert_eq!(build, Some(1.0));
+}
+
+/// A real Prometheus server of its own (a temporary data folder, a free port)
+/// scraping one taskgate every second; killed when dropped.
+pub(crate) struct Prometheus {
+    child: std::process::Child,
+    /// Its data folder, configuration and log.
+    data: tempfile::TempDir,
+    /// Its instant-query endpoint.
+    api: String,
+}
+
+impl Prometheus {
+    /// Starts `binary` scraping `/metrics` of the taskgate at `base`
+    /// (`http://host:port`) as job `taskgate`.
+    pub(crate) fn start(binary: &str, base: &str) -> Self {
+        let target = base.trim_start_matches("http://");
+        let data = tempfile::tempdir().unwrap();
+        let config = data.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = common::free_port();
+        let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
+        let child = std::process::Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"));
+        Self {
+            child,
+            data,
+            api: format!("http://127.0.0.1:{port}/api/v1/query"),
+        }
+    }
+
+    /// The result vector of the instant query `q`; `Err` with what Prometheus
+    /// said (or that it could not be asked) otherwise.
+    pub(crate) async fn query(&self, q: &str) -> Result<Vec<serde_json::Value>, String> {
+        let response = reqwest::Client::new()
+            .get(&self.api)
+            .query(&[("query", q)])
+            .send()
+            .await
+            .map_err(|e| format!("cannot ask Prometheus: {e}"))?;
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|e| format!("not JSON from Prometheus: {e}"))?;
+        if body["status"] != "success" {
+            return Err(format!("Prometheus refused {q}: {body}"));
+        }
+        body["data"]["result"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| format!("no result vector for {q}: {body}"))
+    }
+
+    /// The value of the first series `q` returns, if any.
+    pub(crate) async fn value(&self, q: &str) -> Option<f64> {
+        let series = self.query(q).await.ok()?;
+        series.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Its log so far (for failure messages).
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -112,6 +112,9 @@ fn spend() -> Result<(), EngineError> {
     if before < budget.limit {
         return Ok(());
     }
+    if let Some(paced) = &budget.paced {
+        paced.quotas.refusals.count("max_engine_calls");
+    }
     Err(EngineError::Throttled {
         retry_after: Some(RETRY_AFTER),
         message: format!(
