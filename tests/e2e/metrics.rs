@@ -1,15 +1,16 @@
 //! `/metrics` after known traffic, through the binary: the request counter by
 //! method, dialect and outcome; engine calls by engine, tool and operation; a
 //! forged handle on the refused-handles counter; an engine error by kind; and no
-//! label value carrying a task id or an argument. Then `promtool check metrics`
-//! on a scrape under load, and a real Prometheus server scraping taskgate
-//! ([`Prometheus`], also used by `dashboard.rs`).
+//! label value carrying a task id or an argument; refusals at the door by
+//! reason. Then `promtool check metrics` on a scrape under load, and a real
+//! Prometheus server scraping taskgate ([`Prometheus`], also used by
+//! `dashboard.rs`).
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::{metric_sum, wait_for, Legacy, Server, Setup};
+use common::{metric_sum, wait_for, Bearer, Client, Legacy, Options, Server, Setup};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -140,6 +141,86 @@ async fn known_traffic_moves_the_labelled_series() {
         "{text}"
     );
     assert!(!text.contains(&task), "a task id leaked: {text}");
+}
+
+/// Requests refused at the door, each counted once under its reason, the
+/// others left at 0; none of them reaches an engine, and no token shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_at_the_door_are_counted_by_reason() {
+    let alice = Bearer::new("alice");
+    let setup = Setup::with(Options {
+        bearer: vec![alice.clone()],
+        ..Options::default()
+    });
+    let server = Server::start(&setup).await;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string();
+    let headers = |extra: &[(&'static str, String)]| {
+        let mut h = Client::headers_for("tools/list", &json!({}));
+        h.extend_from_slice(extra);
+        h
+    };
+    let anonymous = server.client();
+    let wrong = server.client().with_token("token-of-nobody-0123456789");
+    let right = server.client().with_token(&alice.token);
+    let cases = [
+        (
+            "no_token",
+            anonymous.post_raw(&headers(&[]), body.clone()).await,
+        ),
+        (
+            "invalid_token",
+            wrong.post_raw(&headers(&[]), body.clone()).await,
+        ),
+        (
+            "origin_not_allowed",
+            right
+                .post_raw(
+                    &headers(&[("origin", "https://evil.example.com".into())]),
+                    body.clone(),
+                )
+                .await,
+        ),
+        (
+            "host_not_allowed",
+            right
+                .post_raw(
+                    &headers(&[("host", "evil.example.com".into())]),
+                    body.clone(),
+                )
+                .await,
+        ),
+    ];
+    for (reason, reply) in &cases {
+        assert!(
+            matches!(reply.status, 401 | 403),
+            "{reason}: {} {}",
+            reply.status,
+            reply.raw
+        );
+    }
+    let ok = right.request("tools/list", json!({})).await;
+    assert!(ok.is_ok(), "{}", ok.raw);
+    let text = server.metrics().await;
+    for reason in [
+        "no_token",
+        "invalid_token",
+        "origin_not_allowed",
+        "host_not_allowed",
+        "issuer_unavailable",
+        "too_many_failures",
+        "peer_not_allowed",
+        "access_rule",
+        "insufficient_scope",
+    ] {
+        let want = u64::from(cases.iter().any(|(r, _)| *r == reason));
+        assert_eq!(
+            metric_sum(&text, "taskgate_auth_refusals_total", &[("reason", reason)]),
+            want,
+            "{reason}: {text}"
+        );
+    }
+    assert!(!text.contains("token-of-"), "a token leaked: {text}");
+    assert_eq!(server.engine_calls().await, 0);
 }
 
 /// Prometheus' own linter on a scrape taken while blocking calls are in
