@@ -178,29 +178,28 @@ impl Gateway {
             });
         }
 
+        // Built first: the metrics show its refusals.
+        let quotas = Arc::new(super::quota::Quotas::new(&cfg.server));
         match checked.keys {
-            Some(keys) if problems.is_empty() => {
-                let quotas = Arc::new(super::quota::Quotas::new(&cfg.server));
-                Ok(Self {
-                    waits: Arc::new(WaitSlots::new(
-                        cfg.server.max_waits,
-                        cfg.server.max_waits_per_caller,
-                    )),
-                    watches: Arc::default(),
-                    metrics: super::metrics::Metrics::new(&meter, &quotas.refusals),
-                    quotas,
-                    server: cfg.server,
-                    keys,
-                    tools,
-                    meter,
-                    bearer: checked.bearer,
-                    access,
-                    local,
-                    oauth: checked.oauth,
-                    failures: cfg.auth.failures.clone(),
-                    engines: built,
-                })
-            }
+            Some(keys) if problems.is_empty() => Ok(Self {
+                waits: Arc::new(WaitSlots::new(
+                    cfg.server.max_waits,
+                    cfg.server.max_waits_per_caller,
+                )),
+                watches: Arc::default(),
+                metrics: super::metrics::Metrics::new(&meter, &quotas.refusals),
+                quotas,
+                server: cfg.server,
+                keys,
+                tools,
+                meter,
+                bearer: checked.bearer,
+                access,
+                local,
+                oauth: checked.oauth,
+                failures: cfg.auth.failures.clone(),
+                engines: built,
+            }),
             _ => Err(ConfigFileError {
                 file: file.display().to_string(),
                 problems,
