@@ -1,7 +1,10 @@
 //! The server's Prometheus series: MCP requests, engine calls (a
 //! [`CallMeter`], fed by the deadline layer of `core::stack`), refused handles,
-//! blocking waits in flight and build info. Every label value comes from a fixed
-//! list or from the configuration: never a task id, a token or an argument.
+//! refusals by a quota or bound of `[server]` ([`QuotaRefusals`]) and at the
+//! door or by an access rule ([`AuthRefusal`]), blocking waits, listen streams
+//! and watched runs in flight, and build info. Every label value comes from a
+//! fixed list or from the configuration: never a task id, a caller, a token or
+//! an argument.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,6 +98,103 @@ impl Refusal {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefusedLabels {
     reason: &'static str,
+}
+
+/// Why a request was refused before it was served: at the HTTP door (its
+/// credentials, its peer, its Host or Origin) or by a tool's access rule.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum AuthRefusal {
+    /// No bearer token was presented where one is needed (401).
+    NoToken,
+    /// The token was refused: unknown, expired, another audience… (401).
+    InvalidToken,
+    /// The token could not be checked: its issuer could not be reached (503).
+    IssuerUnavailable,
+    /// The peer presented too many refused tokens (`[auth.failures]`, 429).
+    TooManyFailures,
+    /// An anonymous peer from the network, without `[auth]` (403).
+    PeerNotAllowed,
+    /// A Host header not allowed, or none (403).
+    HostNotAllowed,
+    /// An Origin header not allowed (403).
+    OriginNotAllowed,
+    /// A tool's access rule does not admit the caller.
+    AccessRule,
+    /// The caller's token lacks a scope the tool's access rule asks for.
+    InsufficientScope,
+}
+
+impl AuthRefusal {
+    /// Every reason, so each series shows from the start.
+    const ALL: [Self; 9] = [
+        Self::NoToken,
+        Self::InvalidToken,
+        Self::IssuerUnavailable,
+        Self::TooManyFailures,
+        Self::PeerNotAllowed,
+        Self::HostNotAllowed,
+        Self::OriginNotAllowed,
+        Self::AccessRule,
+        Self::InsufficientScope,
+    ];
+
+    /// The reason word (on `/metrics`).
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoToken => "no_token",
+            Self::InvalidToken => "invalid_token",
+            Self::IssuerUnavailable => "issuer_unavailable",
+            Self::TooManyFailures => "too_many_failures",
+            Self::PeerNotAllowed => "peer_not_allowed",
+            Self::HostNotAllowed => "host_not_allowed",
+            Self::OriginNotAllowed => "origin_not_allowed",
+            Self::AccessRule => "access_rule",
+            Self::InsufficientScope => "insufficient_scope",
+        }
+    }
+}
+
+/// The `[server]` keys whose quota or bound refuses requests, as the `key`
+/// label of `taskgate_quota_refusals_total`.
+pub const QUOTA_KEYS: [&str; 7] = [
+    "max_starts_per_minute",
+    "max_lookups_per_minute",
+    "max_wait_reads_per_minute",
+    "max_watched_runs_per_caller",
+    "max_waits",
+    "max_waits_per_caller",
+    "max_engine_calls",
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Counts requests refused by a per-caller quota or a bound of `[server]`,
+/// by the key that sets it (one of [`QUOTA_KEYS`]). Cheap to clone: clones
+/// count into the same series.
+#[derive(Debug, Clone, Default)]
+pub struct QuotaRefusals(Family<KeyLabels, Counter>);
+
+impl QuotaRefusals {
+    /// The counter of `key` (one of [`QUOTA_KEYS`]), to count refusals with.
+    #[must_use]
+    pub fn counter(&self, key: &'static str) -> Counter {
+        debug_assert!(QUOTA_KEYS.contains(&key), "{key} is not in QUOTA_KEYS");
+        self.0.get_or_create(&KeyLabels { key }).clone()
+    }
+
+    /// Counts one refusal by `key`.
+    pub fn count(&self, key: &'static str) {
+        self.counter(key).inc();
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -307,13 +407,27 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     durations: Family<RequestTimeLabels, Histogram, fn() -> Histogram>,
     refused: Family<RefusedLabels, Counter>,
+    auth_refused: Family<ReasonLabels, Counter>,
     waits: Gauge,
+    listens: Gauge,
+    watched: Gauge,
+}
+
+/// One listen stream in flight; dropping it ends it on `/metrics`.
+#[derive(Debug)]
+pub struct Listening(Gauge);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
-    /// The series of a server whose engine calls `meter` counts.
+    /// The series of a server whose engine calls `meter` counts and whose
+    /// quota and bound refusals `quotas` counts.
     #[must_use]
-    pub fn new(meter: &Arc<CallMeter>) -> Self {
+    pub fn new(meter: &Arc<CallMeter>, quotas: &QuotaRefusals) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let durations =
@@ -322,6 +436,9 @@ impl Metrics {
             );
         let refused = Family::<RefusedLabels, Counter>::default();
         let waits = Gauge::default();
+        let listens = Gauge::default();
+        let watched = Gauge::default();
+        let auth_refused = Family::<ReasonLabels, Counter>::default();
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -357,9 +474,37 @@ impl Metrics {
             });
         }
         registry.register(
+            "taskgate_quota_refusals",
+            "Requests refused by a per-caller quota or a bound of [server], by its key",
+            quotas.0.clone(),
+        );
+        for key in QUOTA_KEYS {
+            let _ = quotas.counter(key);
+        }
+        registry.register(
+            "taskgate_auth_refusals",
+            "Requests refused at the HTTP door or by a tool's access rule, by reason",
+            auth_refused.clone(),
+        );
+        for reason in AuthRefusal::ALL {
+            let _ = auth_refused.get_or_create(&ReasonLabels {
+                reason: reason.label(),
+            });
+        }
+        registry.register(
             "taskgate_waits_in_flight",
-            "Blocking requests waiting for runs right now",
+            "Blocking requests waiting for runs right now (listen streams included)",
             waits.clone(),
+        );
+        registry.register(
+            "taskgate_listen_streams_in_flight",
+            "subscriptions/listen streams open right now",
+            listens.clone(),
+        );
+        registry.register(
+            "taskgate_watched_runs",
+            "Runs watched for open listen streams right now (one watch per run, shared by its streams)",
+            watched.clone(),
         );
         registry.register(
             "taskgate_build_info",
@@ -371,7 +516,10 @@ impl Metrics {
             requests,
             durations,
             refused,
+            auth_refused,
             waits,
+            listens,
+            watched,
         }
     }
 
@@ -409,10 +557,29 @@ impl Metrics {
             .inc();
     }
 
-    /// Every series as OpenMetrics text, with `waits` as the waits in flight.
+    /// Counts one request refused at the door or by an access rule.
+    pub fn auth_refused(&self, why: AuthRefusal) {
+        self.auth_refused
+            .get_or_create(&ReasonLabels {
+                reason: why.label(),
+            })
+            .inc();
+    }
+
+    /// Counts a listen stream as in flight until the returned guard is dropped.
     #[must_use]
-    pub fn render(&self, waits: usize) -> String {
-        self.waits.set(i64::try_from(waits).unwrap_or(i64::MAX));
+    pub fn listening(&self) -> Listening {
+        self.listens.inc();
+        Listening(self.listens.clone())
+    }
+
+    /// Every series as OpenMetrics text, with `now` as the gauges sampled at
+    /// the scrape.
+    #[must_use]
+    pub fn render(&self, now: InFlight) -> String {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.waits.set(gauge(now.waits));
+        self.watched.set(gauge(now.watched_runs));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
@@ -423,9 +590,18 @@ impl Metrics {
     /// that do not ask for OpenMetrics: counter families are named with their
     /// `_total` suffix, and the `# UNIT` and `# EOF` lines are left out.
     #[must_use]
-    pub fn render_classic(&self, waits: usize) -> String {
-        classic(&self.render(waits))
+    pub fn render_classic(&self, now: InFlight) -> String {
+        classic(&self.render(now))
     }
+}
+
+/// What the gateway holds right now, sampled at each scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InFlight {
+    /// Blocking requests waiting for runs (wait slots held).
+    pub waits: usize,
+    /// Runs watched for open listen streams.
+    pub watched_runs: usize,
 }
 
 /// OpenMetrics text rewritten in the classic text format.
@@ -473,7 +649,7 @@ mod tests {
                 tool.record(op, Duration::from_millis(1), None);
             }
         }
-        let text = Metrics::new(&meter).render(0);
+        let text = Metrics::new(&meter, &QuotaRefusals::default()).render(InFlight::default());
         for (n, op) in Operation::ALL.into_iter().enumerate() {
             let series = format!(
                 "taskgate_engine_calls_total{{engine=\"e\",tool=\"t\",operation=\"{}\"}} {}\n",
@@ -487,15 +663,19 @@ mod tests {
     #[test]
     fn the_classic_text_names_counters_with_total_and_drops_openmetrics_lines() {
         let meter = Arc::new(CallMeter::default());
-        let m = Metrics::new(&meter);
+        let m = Metrics::new(&meter, &QuotaRefusals::default());
         m.request("tools/call", "2026-07-28", true, Duration::from_millis(3));
-        let open = m.render(2);
+        let two = InFlight {
+            waits: 2,
+            watched_runs: 0,
+        };
+        let open = m.render(two);
         assert!(
             open.contains("# TYPE taskgate_mcp_requests counter\n"),
             "{open}"
         );
         assert!(open.ends_with("# EOF\n"), "{open}");
-        let text = m.render_classic(2);
+        let text = m.render_classic(two);
         assert!(
             text.contains("# TYPE taskgate_mcp_requests_total counter\n"),
             "{text}"
@@ -513,6 +693,61 @@ mod tests {
             !text.contains("# EOF") && !text.contains("# UNIT"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn refusals_listen_streams_and_watched_runs_show_from_zero_and_move() {
+        let meter = Arc::new(CallMeter::default());
+        let quotas = QuotaRefusals::default();
+        let m = Metrics::new(&meter, &quotas);
+        let text = m.render_classic(InFlight::default());
+        for key in QUOTA_KEYS {
+            assert!(
+                text.contains(&format!(
+                    "taskgate_quota_refusals_total{{key=\"{key}\"}} 0\n"
+                )),
+                "{key} in {text}"
+            );
+        }
+        for reason in AuthRefusal::ALL {
+            let series = format!(
+                "taskgate_auth_refusals_total{{reason=\"{}\"}} 0\n",
+                reason.label()
+            );
+            assert!(text.contains(&series), "{series} in {text}");
+        }
+        assert!(
+            text.contains("taskgate_listen_streams_in_flight 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("taskgate_watched_runs 0\n"), "{text}");
+
+        quotas.count("max_starts_per_minute");
+        quotas.counter("max_waits").inc();
+        m.auth_refused(AuthRefusal::InvalidToken);
+        let one = m.listening();
+        let two = m.listening();
+        let now = InFlight {
+            waits: 2,
+            watched_runs: 1,
+        };
+        let text = m.render_classic(now);
+        for series in [
+            "taskgate_quota_refusals_total{key=\"max_starts_per_minute\"} 1\n",
+            "taskgate_quota_refusals_total{key=\"max_waits\"} 1\n",
+            "taskgate_auth_refusals_total{reason=\"invalid_token\"} 1\n",
+            "taskgate_listen_streams_in_flight 2\n",
+            "taskgate_watched_runs 1\n",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        drop((one, two));
+        let text = m.render_classic(InFlight::default());
+        assert!(
+            text.contains("taskgate_listen_streams_in_flight 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("taskgate_watched_runs 0\n"), "{text}");
     }
 
     #[test]

@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+
 use super::config::ServerConfig;
+use super::metrics::QuotaRefusals;
 
 /// A quota that refused: the configuration key that sets it, and when to retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +52,8 @@ pub struct Rate {
     cost: Duration,
     /// Per caller: when its allowance is whole again.
     whole_at: Mutex<HashMap<String, Instant>>,
+    /// Counts refusals (`taskgate_quota_refusals_total`).
+    refused: Counter,
 }
 
 /// Callers kept before the stale ones are dropped.
@@ -64,7 +69,15 @@ impl Rate {
             per_minute,
             cost: Duration::from_secs(60) / per_minute,
             whole_at: Mutex::default(),
+            refused: Counter::default(),
         }
+    }
+
+    /// This rate, its refusals counted in `refusals`.
+    #[must_use]
+    pub fn counted(mut self, refusals: &QuotaRefusals) -> Self {
+        self.refused = refusals.counter(self.key);
+        self
     }
 
     /// Counts one event of `caller`.
@@ -82,6 +95,7 @@ impl Rate {
         let from = whole_at.get(caller).copied().filter(|t| *t > now);
         let next = from.unwrap_or(now) + self.cost;
         if next > now + window {
+            self.refused.inc();
             return Err(Exceeded {
                 key: self.key,
                 allows: format!("{} per minute", self.per_minute),
@@ -109,6 +123,8 @@ pub struct Held {
     key: &'static str,
     limit: usize,
     by_caller: Mutex<HashMap<String, usize>>,
+    /// Counts refusals (`taskgate_quota_refusals_total`).
+    refused: Counter,
 }
 
 /// Things held for one caller; dropping it gives them back.
@@ -127,7 +143,15 @@ impl Held {
             key,
             limit,
             by_caller: Mutex::default(),
+            refused: Counter::default(),
         }
+    }
+
+    /// This bound, its refusals counted in `refusals`.
+    #[must_use]
+    pub fn counted(mut self, refusals: &QuotaRefusals) -> Self {
+        self.refused = refusals.counter(self.key);
+        self
     }
 
     /// Takes `count` for `caller`, all or none.
@@ -139,6 +163,7 @@ impl Held {
         let mut by_caller = self.by_caller.lock().expect("lock");
         let mine = by_caller.get(caller).copied().unwrap_or(0);
         if mine + count > self.limit {
+            self.refused.inc();
             return Err(Exceeded {
                 key: self.key,
                 allows: format!("{} at once ({mine} held now)", self.limit),
@@ -193,23 +218,34 @@ pub struct Quotas {
     pub wait_reads: Rate,
     /// `server.max_watched_runs_per_caller`.
     pub watched: Arc<Held>,
+    /// Counts the refusals of these quotas and of the server's other bounds
+    /// (`max_waits`, `max_waits_per_caller`, `max_engine_calls`), by key.
+    pub refusals: QuotaRefusals,
 }
 
 impl Quotas {
     /// The quotas `server` sets.
     #[must_use]
     pub fn new(server: &ServerConfig) -> Self {
+        let refusals = QuotaRefusals::default();
         Self {
-            starts: Rate::new("max_starts_per_minute", server.max_starts_per_minute),
-            lookups: Rate::new("max_lookups_per_minute", server.max_lookups_per_minute),
+            starts: Rate::new("max_starts_per_minute", server.max_starts_per_minute)
+                .counted(&refusals),
+            lookups: Rate::new("max_lookups_per_minute", server.max_lookups_per_minute)
+                .counted(&refusals),
             wait_reads: Rate::new(
                 "max_wait_reads_per_minute",
                 server.max_wait_reads_per_minute,
+            )
+            .counted(&refusals),
+            watched: Arc::new(
+                Held::new(
+                    "max_watched_runs_per_caller",
+                    server.max_watched_runs_per_caller,
+                )
+                .counted(&refusals),
             ),
-            watched: Arc::new(Held::new(
-                "max_watched_runs_per_caller",
-                server.max_watched_runs_per_caller,
-            )),
+            refusals,
         }
     }
 }
@@ -237,6 +273,24 @@ mod tests {
         let later = t0 + Duration::from_secs(200);
         rate.whole_at.lock().unwrap().retain(|_, t| *t > later);
         assert_eq!(rate.tracked(), 0);
+    }
+
+    #[test]
+    fn refusals_are_counted_under_their_key() {
+        let refusals = QuotaRefusals::default();
+        let rate = Rate::new("max_starts_per_minute", 1).counted(&refusals);
+        let held = Arc::new(Held::new("max_watched_runs_per_caller", 1).counted(&refusals));
+        let t0 = Instant::now();
+        rate.take_at("alice", t0).unwrap();
+        let _one = held.take("alice", 1).unwrap();
+        assert_eq!(refusals.counter("max_starts_per_minute").get(), 0);
+        for _ in 0..2 {
+            assert!(rate.take_at("alice", t0).is_err());
+            assert!(held.take("alice", 1).is_err());
+        }
+        assert_eq!(refusals.counter("max_starts_per_minute").get(), 2);
+        assert_eq!(refusals.counter("max_watched_runs_per_caller").get(), 2);
+        assert_eq!(refusals.counter("max_lookups_per_minute").get(), 0);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::lanes::{lane_count, tick_within, Lanes};
 use crate::core::audit;
 use crate::core::config::IpNetwork;
+use crate::core::metrics::AuthRefusal;
 use crate::core::Gateway;
 use crate::rpc::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -405,6 +406,7 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
     fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
         if self.refuse_peer {
             audit::refused_at_door(self.peer, "peer_not_loopback");
+            self.gw.metrics.auth_refused(AuthRefusal::PeerNotAllowed);
             let refusal = refused(&RpcError::Forbidden(
                 "anonymous access is served to loopback peers only; this server has no [auth]",
             ));
@@ -455,6 +457,11 @@ async fn serve_mcp(
             if let (AuthError::Invalid(_), Some(peer), Some(limit)) = (&e, peer, failures) {
                 limit.failed(peer.ip());
             }
+            gw.metrics.auth_refused(match &e {
+                AuthError::Missing => AuthRefusal::NoToken,
+                AuthError::Invalid(_) => AuthRefusal::InvalidToken,
+                AuthError::Unavailable { .. } => AuthRefusal::IssuerUnavailable,
+            });
             return unauthenticated(oauth.as_deref(), &e);
         }
     };
@@ -514,12 +521,14 @@ fn door_refusal(
                 "host_missing"
             },
         );
+        gw.metrics.auth_refused(AuthRefusal::HostNotAllowed);
         return Some(forbidden("Host not allowed"));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_allowed(gw, o));
         if !ok {
             audit::refused_at_door(peer, "origin_not_allowed");
+            gw.metrics.auth_refused(AuthRefusal::OriginNotAllowed);
             return Some(forbidden("Origin not allowed"));
         }
     }
@@ -529,6 +538,7 @@ fn door_refusal(
     if let (Some(peer), Some(limit)) = (peer, failures) {
         if let Err(wait) = limit.check(peer.ip()) {
             audit::refused_at_door(Some(peer), "too_many_failures");
+            gw.metrics.auth_refused(AuthRefusal::TooManyFailures);
             return Some(too_many_failures(wait));
         }
     }

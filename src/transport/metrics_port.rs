@@ -85,16 +85,16 @@ pub(super) async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) 
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/openmetrics-text"));
-    let waits = gw.waits_in_flight();
+    let now = gw.in_flight();
     let (kind, body) = if open {
         (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            gw.metrics.render(waits),
+            gw.metrics.render(now),
         )
     } else {
         (
             "text/plain; version=0.0.4; charset=utf-8",
-            gw.metrics.render_classic(waits),
+            gw.metrics.render_classic(now),
         )
     };
     ([(header::CONTENT_TYPE, kind)], body).into_response()

@@ -13,6 +13,8 @@
 //!   configuration errors;
 //! - `logs`, `metrics`, `notifications`: `taskgate_logs`, `/metrics`, push
 //!   notifications;
+//! - `dashboard`: every panel of the Grafana dashboard against a real
+//!   Prometheus scraping taskgate;
 //! - `cli_call`: `taskgate call` and `taskgate tasks`;
 //! - `host_config`: `taskgate host-config`, each host's entry; `log_colour`:
 //!   colour in log lines only on a terminal;
@@ -31,6 +33,7 @@ mod cli_call;
 mod config_check;
 mod core_http;
 mod core_stdio;
+mod dashboard;
 mod dialects_legacy;
 mod dialects_sep1391;
 mod host_config;

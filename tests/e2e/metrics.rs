@@ -1,14 +1,16 @@
 //! `/metrics` after known traffic, through the binary: the request counter by
 //! method, dialect and outcome; engine calls by engine, tool and operation; a
 //! forged handle on the refused-handles counter; an engine error by kind; and no
-//! label value carrying a task id or an argument. Then `promtool check metrics`
-//! on a scrape under load, and a real Prometheus server scraping taskgate.
+//! label value carrying a task id or an argument; refusals at the door by
+//! reason. Then `promtool check metrics` on a scrape under load, and a real
+//! Prometheus server scraping taskgate ([`Prometheus`], also used by
+//! `dashboard.rs`).
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::{metric_sum, wait_for, Legacy, Server, Setup};
+use common::{metric_sum, wait_for, Bearer, Client, Legacy, Options, Server, Setup};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -141,6 +143,86 @@ async fn known_traffic_moves_the_labelled_series() {
     assert!(!text.contains(&task), "a task id leaked: {text}");
 }
 
+/// Requests refused at the door, each counted once under its reason, the
+/// others left at 0; none of them reaches an engine, and no token shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_at_the_door_are_counted_by_reason() {
+    let alice = Bearer::new("alice");
+    let setup = Setup::with(Options {
+        bearer: vec![alice.clone()],
+        ..Options::default()
+    });
+    let server = Server::start(&setup).await;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string();
+    let headers = |extra: &[(&'static str, String)]| {
+        let mut h = Client::headers_for("tools/list", &json!({}));
+        h.extend_from_slice(extra);
+        h
+    };
+    let anonymous = server.client();
+    let wrong = server.client().with_token("token-of-nobody-0123456789");
+    let right = server.client().with_token(&alice.token);
+    let cases = [
+        (
+            "no_token",
+            anonymous.post_raw(&headers(&[]), body.clone()).await,
+        ),
+        (
+            "invalid_token",
+            wrong.post_raw(&headers(&[]), body.clone()).await,
+        ),
+        (
+            "origin_not_allowed",
+            right
+                .post_raw(
+                    &headers(&[("origin", "https://evil.example.com".into())]),
+                    body.clone(),
+                )
+                .await,
+        ),
+        (
+            "host_not_allowed",
+            right
+                .post_raw(
+                    &headers(&[("host", "evil.example.com".into())]),
+                    body.clone(),
+                )
+                .await,
+        ),
+    ];
+    for (reason, reply) in &cases {
+        assert!(
+            matches!(reply.status, 401 | 403),
+            "{reason}: {} {}",
+            reply.status,
+            reply.raw
+        );
+    }
+    let ok = right.request("tools/list", json!({})).await;
+    assert!(ok.is_ok(), "{}", ok.raw);
+    let text = server.metrics().await;
+    for reason in [
+        "no_token",
+        "invalid_token",
+        "origin_not_allowed",
+        "host_not_allowed",
+        "issuer_unavailable",
+        "too_many_failures",
+        "peer_not_allowed",
+        "access_rule",
+        "insufficient_scope",
+    ] {
+        let want = u64::from(cases.iter().any(|(r, _)| *r == reason));
+        assert_eq!(
+            metric_sum(&text, "taskgate_auth_refusals_total", &[("reason", reason)]),
+            want,
+            "{reason}: {text}"
+        );
+    }
+    assert!(!text.contains("token-of-"), "a token leaked: {text}");
+    assert_eq!(server.engine_calls().await, 0);
+}
+
 /// Prometheus' own linter on a scrape taken while blocking calls are in
 /// flight. `TASKGATE_PROMTOOL` names promtool (scripts/prometheus/install.sh
 /// prints its folder; scripts/test.sh sets it).
@@ -238,55 +320,8 @@ async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
             .await;
         assert!(reply.is_ok(), "{}", reply.raw);
     }
-    let target = server.base.trim_start_matches("http://").to_owned();
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )
-    .unwrap();
-    let port = common::free_port();
-    let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
-    let child = std::process::Command::new(&prometheus)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            data.path().join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {prometheus}: {e}"));
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _guard = Kill(child);
-
-    let api = format!("http://127.0.0.1:{port}/api/v1/query");
-    let query = |q: &'static str| {
-        let api = api.clone();
-        async move {
-            let body: serde_json::Value = reqwest::Client::new()
-                .get(&api)
-                .query(&[("query", q)])
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let value = body["data"]["result"][0]["value"][1].as_str()?;
-            value.parse::<f64>().ok()
-        }
-    };
+    let prom = Prometheus::start(&prometheus, &server.base);
+    let query = |q: &'static str| prom.value(q);
     let calls = wait_for("Prometheus to scrape the tools/call counter", Duration::from_secs(60), || async {
         query("sum(taskgate_mcp_requests_total{method=\"tools/call\",dialect=\"2026-07-28\",outcome=\"ok\"})")
             .await
@@ -303,4 +338,89 @@ async fn a_prometheus_server_scraping_taskgate_sees_the_series() {
     assert_eq!(up, Some(1.0));
     let build = query("count(taskgate_build_info)").await;
     assert_eq!(build, Some(1.0));
+}
+
+/// A real Prometheus server of its own (a temporary data folder, a free port)
+/// scraping one taskgate every second; killed when dropped.
+pub(crate) struct Prometheus {
+    child: std::process::Child,
+    /// Its data folder, configuration and log.
+    data: tempfile::TempDir,
+    /// Its instant-query endpoint.
+    api: String,
+}
+
+impl Prometheus {
+    /// Starts `binary` scraping `/metrics` of the taskgate at `base`
+    /// (`http://host:port`) as job `taskgate`.
+    pub(crate) fn start(binary: &str, base: &str) -> Self {
+        let target = base.trim_start_matches("http://");
+        let data = tempfile::tempdir().unwrap();
+        let config = data.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: taskgate\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = common::free_port();
+        let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
+        let child = std::process::Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"));
+        Self {
+            child,
+            data,
+            api: format!("http://127.0.0.1:{port}/api/v1/query"),
+        }
+    }
+
+    /// The result vector of the instant query `q`; `Err` with what Prometheus
+    /// said (or that it could not be asked) otherwise.
+    pub(crate) async fn query(&self, q: &str) -> Result<Vec<serde_json::Value>, String> {
+        let response = reqwest::Client::new()
+            .get(&self.api)
+            .query(&[("query", q)])
+            .send()
+            .await
+            .map_err(|e| format!("cannot ask Prometheus: {e}"))?;
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|e| format!("not JSON from Prometheus: {e}"))?;
+        if body["status"] != "success" {
+            return Err(format!("Prometheus refused {q}: {body}"));
+        }
+        body["data"]["result"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| format!("no result vector for {q}: {body}"))
+    }
+
+    /// The value of the first series `q` returns, if any.
+    pub(crate) async fn value(&self, q: &str) -> Option<f64> {
+        let series = self.query(q).await.ok()?;
+        series.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Its log so far (for failure messages).
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

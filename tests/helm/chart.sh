@@ -9,7 +9,10 @@
 #      default values: no anonymous callers from the network); what the least-
 #      privilege values render (secret files 0400, the ServiceAccount token and
 #      the Role only for a kubernetes engine, the NetworkPolicy's ports and
-#      peers, /metrics on its own port);
+#      peers, /metrics on its own port); the options for real clusters
+#      (HorizontalPodAutoscaler, PodDisruptionBudget, topology spread, the
+#      Grafana dashboard ConfigMap): off by default, what they render, the
+#      values refused;
 #   3. `helm template | kubectl apply --dry-run=server` for each values file
 #      (the API server validates every object; a ServiceMonitor only when its
 #      CRD is installed, otherwise it is rendered and left out);
@@ -190,6 +193,49 @@ if grep -q '^max_body_bytes = 1048576$' <<<"$toml" && grep -q 'maximum = 1000,' 
 else
   bad "values become TOML integers and floats"; printf '%s\n' "$toml" >&2
 fi
+
+# The chart for real clusters (ci/scaling-values.yaml turns each option on; that
+# file is linted above and dry-run on the API server below): all off by default.
+if render "${with_caller[@]}"; then
+  expect "by default: no HorizontalPodAutoscaler, PodDisruptionBudget, spread or dashboard" \
+    "1||||" \
+    "$(field Deployment '{.spec.replicas}|{.spec.template.spec.topologySpreadConstraints}')|$(field HorizontalPodAutoscaler '{.metadata.name}')|$(field PodDisruptionBudget '{.metadata.name}')|$(grep -c 'grafana_dashboard' "$scratch/r.yaml" | sed 's/^0$//')"
+else
+  bad "helm template (default values and a caller)"
+fi
+if render -f "$chart/ci/scaling-values.yaml"; then
+  selector=$(field Deployment '{.spec.selector.matchLabels}')
+  expect "autoscaling: the HPA scales the Deployment on CPU and memory; the Deployment names no replicas" \
+    "Deployment/tg-taskgate 2-6 cpu:70,memory:80, |" \
+    "$(field HorizontalPodAutoscaler '{.spec.scaleTargetRef.kind}/{.spec.scaleTargetRef.name} {.spec.minReplicas}-{.spec.maxReplicas} {range .spec.metrics[*]}{.resource.name}:{.resource.target.averageUtilization},{end}') |$(field Deployment '{.spec.replicas}')"
+  expect "the PodDisruptionBudget: minAvailable 1, the Deployment's selector" \
+    "1 $selector" "$(field PodDisruptionBudget '{.spec.minAvailable} {.spec.selector.matchLabels}')"
+  expect "topology spread across nodes and zones, each by the chart's selector labels" \
+    "kubernetes.io/hostname:ScheduleAnyway:$selector;topology.kubernetes.io/zone:DoNotSchedule:$selector;" \
+    "$(field Deployment '{range .spec.template.spec.topologySpreadConstraints[*]}{.topologyKey}:{.whenUnsatisfiable}:{.labelSelector.matchLabels}{";"}{end}')"
+  awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} /\n  name: tg-taskgate-dashboard\n/' "$scratch/r.yaml" > "$scratch/dash.yaml"
+  expect "the dashboard ConfigMap carries Grafana's sidecar label" "1 taskgate" \
+    "$("$kubectl" create --dry-run=client -o jsonpath='{.metadata.labels.grafana_dashboard} {.metadata.annotations.grafana_folder}' -f "$scratch/dash.yaml")"
+  "$kubectl" create --dry-run=client -o jsonpath='{.data.taskgate\.json}' -f "$scratch/dash.yaml" > "$scratch/dash.json"
+  if [[ "$(cat "$scratch/dash.json")" == "$(cat deploy/grafana/taskgate.json)" ]]; then
+    ok "the dashboard ConfigMap holds deploy/grafana/taskgate.json"
+  else
+    bad "the dashboard ConfigMap differs from deploy/grafana/taskgate.json"
+  fi
+else
+  bad "helm template (ci/scaling-values.yaml)"
+fi
+expect "the sidecar's label is configurable" 'yes' \
+  "$("$helm" template tg "$chart" "${with_caller[@]}" --set grafanaDashboard.enabled=true \
+     --set grafanaDashboard.label=dashboards --set grafanaDashboard.labelValue=taskgate \
+     --show-only templates/dashboard.yaml | grep -q '^    dashboards: "taskgate"$' && echo yes)"
+refused "a PodDisruptionBudget with both minAvailable and maxUnavailable is refused" "exactly one of" \
+  "${with_caller[@]}" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=1
+refused "autoscaling with maxReplicas below minReplicas is refused" "below autoscaling.minReplicas" \
+  "${with_caller[@]}" --set autoscaling.enabled=true --set autoscaling.maxReplicas=1
+refused "a CPU target without a CPU request is refused" "resources.requests.cpu" \
+  "${with_caller[@]}" --set autoscaling.enabled=true --set resources.requests.cpu=null
+refused "autoscaling a sidecar is refused" "scale your own pod" --set mode=sidecar --set autoscaling.enabled=true
 
 # ------------------------------------------------- 3. server-side dry runs --
 # The namespace enforces Pod Security "restricted", as README advises for the Jobs'.

@@ -125,6 +125,12 @@ impl Gateway {
         let Some(refusal) = self.refusal(caller, tool, action) else {
             return Ok(());
         };
+        self.metrics
+            .auth_refused(if matches!(refusal, CoreError::InsufficientScope { .. }) {
+                crate::core::metrics::AuthRefusal::InsufficientScope
+            } else {
+                crate::core::metrics::AuthRefusal::AccessRule
+            });
         audit::record(
             action,
             caller.id(),

@@ -178,6 +178,8 @@ impl Gateway {
             });
         }
 
+        // Built first: the metrics show its refusals.
+        let quotas = Arc::new(super::quota::Quotas::new(&cfg.server));
         match checked.keys {
             Some(keys) if problems.is_empty() => Ok(Self {
                 waits: Arc::new(WaitSlots::new(
@@ -185,11 +187,11 @@ impl Gateway {
                     cfg.server.max_waits_per_caller,
                 )),
                 watches: Arc::default(),
-                quotas: Arc::new(super::quota::Quotas::new(&cfg.server)),
+                metrics: super::metrics::Metrics::new(&meter, &quotas.refusals),
+                quotas,
                 server: cfg.server,
                 keys,
                 tools,
-                metrics: super::metrics::Metrics::new(&meter),
                 meter,
                 bearer: checked.bearer,
                 access,

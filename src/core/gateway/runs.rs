@@ -188,6 +188,15 @@ impl Gateway {
         self.waits.held()
     }
 
+    /// What `/metrics` samples at a scrape: waits in flight, watched runs.
+    #[must_use]
+    pub fn in_flight(&self) -> crate::core::metrics::InFlight {
+        crate::core::metrics::InFlight {
+            waits: self.waits.held(),
+            watched_runs: self.watches.open(),
+        }
+    }
+
     /// Takes a slot for a request of `caller` that is going to wait for a run;
     /// hold it for the life of the request.
     ///
@@ -196,7 +205,13 @@ impl Gateway {
     /// [`CoreError::Busy`] when `server.max_waits` or
     /// `server.max_waits_per_caller` is reached.
     pub fn hold_wait(&self, caller: &str) -> Result<WaitSlot, CoreError> {
-        self.waits.take(caller).map_err(CoreError::Busy)
+        self.waits.take(caller).map_err(|full| {
+            self.quotas.refusals.count(match full {
+                crate::core::slots::Full::Server(_) => "max_waits",
+                crate::core::slots::Full::Caller(_) => "max_waits_per_caller",
+            });
+            CoreError::Busy(full)
+        })
     }
 
     /// Takes `count` of the runs `caller`'s listen streams may watch at once

@@ -112,6 +112,9 @@ fn spend() -> Result<(), EngineError> {
     if before < budget.limit {
         return Ok(());
     }
+    if let Some(paced) = &budget.paced {
+        paced.quotas.refusals.count("max_engine_calls");
+    }
     Err(EngineError::Throttled {
         retry_after: Some(RETRY_AFTER),
         message: format!(
@@ -271,8 +274,13 @@ mod tests {
         .await;
         within_for(1, &quotas, "bob", async {
             exempt(async { assert!(spend().is_ok(), "another caller's own quota") }).await;
+            assert!(spend().is_ok(), "the request's own call");
+            assert!(spend().is_err(), "past server.max_engine_calls");
         })
         .await;
+        let refused = |key| quotas.refusals.counter(key).get();
+        assert_eq!(refused("max_wait_reads_per_minute"), 1);
+        assert_eq!(refused("max_engine_calls"), 1);
         exempt(async {
             assert!(
                 spend_wait_read().is_ok(),

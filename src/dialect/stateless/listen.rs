@@ -63,6 +63,7 @@ pub async fn listen(
         )
     })?;
     let _slot = gw.hold_wait(caller)?;
+    let _listening = gw.metrics.listening();
 
     // Each id that opens for this caller and names a run its engine knows;
     // the runs it opens count against server.max_watched_runs_per_caller

@@ -362,3 +362,31 @@ containers:
 volumes:
 {{- include "taskgate.volumes" . | nindent 0 }}
 {{- end -}}
+
+{{/* The pods' topologySpreadConstraints (a YAML list, or "" for none): across zones
+and across nodes, each counting the release's pods by the selector labels (and
+pod-template-hash, so a rollout's new pods spread among themselves), then `extra`. */}}
+{{- define "taskgate.topologySpreadConstraints" -}}
+{{- $t := .Values.topologySpread -}}
+{{- if $t.enabled -}}
+{{- if ne (include "taskgate.mode" .) "standalone" -}}
+{{- fail "topologySpread places the standalone Deployment's pods: as a sidecar, set it on your own pod" -}}
+{{- end -}}
+{{- $selector := include "taskgate.selectorLabels" . -}}
+{{- range $name, $key := dict "zone" "topology.kubernetes.io/zone" "hostname" "kubernetes.io/hostname" }}
+{{- $c := get $t $name }}
+{{- if $c.enabled }}
+- topologyKey: {{ $key }}
+  maxSkew: {{ int $c.maxSkew }}
+  whenUnsatisfiable: {{ $c.whenUnsatisfiable }}
+  labelSelector:
+    matchLabels:
+      {{- $selector | nindent 6 }}
+  matchLabelKeys: [pod-template-hash]
+{{- end }}
+{{- end }}
+{{- with $t.extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
