@@ -1117,7 +1117,9 @@ async fn taskgate_logs_reads_the_task_logs_while_the_run_runs_each_line_once_in_
     }
     let all: Vec<&(String, String)> = pages.iter().flatten().collect();
     let first_talk = all.iter().position(|(s, _)| s == "talk try 1").unwrap();
-    assert!(all[..first_talk].iter().any(|(s, t)| s == "begin try 1" && t == "tg-logs begin"));
+    assert!(all[..first_talk]
+        .iter()
+        .any(|(s, t)| s == "begin try 1" && t == "tg-logs begin"));
     let numbered: Vec<&str> = all
         .iter()
         .filter(|(s, t)| s == "talk try 1" && t.starts_with("tg-logs line "))
@@ -1125,23 +1127,36 @@ async fn taskgate_logs_reads_the_task_logs_while_the_run_runs_each_line_once_in_
         .collect();
     assert_eq!(
         numbered,
-        (1..=5).map(|i| format!("tg-logs line {i} of 5")).collect::<Vec<_>>(),
+        (1..=5)
+            .map(|i| format!("tg-logs line {i} of 5"))
+            .collect::<Vec<_>>(),
         "each line once, in order"
     );
     assert_eq!(all.iter().filter(|(_, t)| t == "tg-logs done").count(), 1);
     // Read while it ran: the first numbered line came pages before the end.
-    let page_of = |text: &str| pages.iter().position(|p| p.iter().any(|(_, t)| t == text)).unwrap();
+    let page_of = |text: &str| {
+        pages
+            .iter()
+            .position(|p| p.iter().any(|(_, t)| t == text))
+            .unwrap()
+    };
     assert!(page_of("tg-logs line 1 of 5") < page_of("tg-logs done"));
     // The end stays the end; the task itself completed.
     let reply = c
-        .call("taskgate_logs", json!({"taskId": task, "cursor": cursor.clone().unwrap()}))
+        .call(
+            "taskgate_logs",
+            json!({"taskId": task, "cursor": cursor.clone().unwrap()}),
+        )
         .await;
     let (lines, _, complete) = logs_page(&reply);
     assert!(lines.is_empty() && complete, "{}", reply.raw);
     c.until_status(&task, "completed", LIMIT).await;
     // A forged cursor is invalid params, and reaches no engine.
     let reply = c
-        .call("taskgate_logs", json!({"taskId": task, "cursor": "a1/p/-1/1/talk"}))
+        .call(
+            "taskgate_logs",
+            json!({"taskId": task, "cursor": "a1/p/-1/1/talk"}),
+        )
         .await;
     assert_eq!(reply.code(), -32602, "{}", reply.raw);
 }

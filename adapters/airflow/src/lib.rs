@@ -26,8 +26,8 @@ use taskgate_engine::{
 
 use api::{action, Client};
 use config::{BoundTarget, Validated};
-use logs::{Pos, Step};
 pub use config::{EngineSettings, ResultXcom, ToolTarget};
+use logs::{Pos, Step};
 use translate::{FailedTask, HitlDetail, Observed};
 pub use translate::{CANCEL_NOTE, OPTIONS_FIELD, OPTION_FIELD};
 

@@ -807,10 +807,7 @@ mod tests {
             step(&never, &past("begin", 1), true),
             ("End".into(), past("talk", 0))
         );
-        let unscheduled = [
-            ti("talk", -1, None, 0),
-            ti("begin", -1, Some("failed"), 1),
-        ];
+        let unscheduled = [ti("talk", -1, None, 0), ti("begin", -1, Some("failed"), 1)];
         assert_eq!(step(&unscheduled, &past("begin", 1), false).0, "Wait");
         assert_eq!(step(&unscheduled, &past("begin", 1), true).0, "End");
         // A task instance no longer listed: go on after it.
@@ -856,7 +853,11 @@ mod tests {
         // Untrusted output is kept as text, a long line cut to the bound.
         assert!(t.contains(&"tg-logs \u{1b}[31mred\u{1b}[0m and a bell\u{7}"));
         let long = t.iter().find(|l| l.starts_with("tg-logs long")).unwrap();
-        assert!(long.ends_with("[… line cut]") && long.len() < 4200, "{}", long.len());
+        assert!(
+            long.ends_with("[… line cut]") && long.len() < 4200,
+            "{}",
+            long.len()
+        );
         assert_eq!(t.last().unwrap(), &"tg-logs line 1 of 8");
         assert!(got.lines.iter().all(|l| l.source == "talk try 1"));
         // Read on from the token: only what is new, then the rest once it ended.
@@ -914,7 +915,13 @@ mod tests {
         assert!(t.contains(&"RuntimeError: tg-retry: the first try fails"));
         assert!(t.contains(&"tg-retry try 1 line 1") && t.contains(&"tg-retry try 1 line 2"));
         let second = parse_body(&fixture("logs_retry_try2").to_string(), false).unwrap();
-        let t2 = take(log_entries(&second.entries, true), 0, 0, 1000, "flaky try 2");
+        let t2 = take(
+            log_entries(&second.entries, true),
+            0,
+            0,
+            1000,
+            "flaky try 2",
+        );
         assert!(texts(&t2.lines).contains(&"tg-retry try 2 line 1"));
         let tis: TaskInstances = serde_json::from_value(fixture("logs_retry_tis")).unwrap();
         assert_eq!(tis.task_instances[0].try_number, 2);
@@ -934,11 +941,21 @@ mod tests {
         let body = parse_body(&whole[..whole.len() / 2], true).unwrap();
         assert!(body.entries.len() > 5);
         // Not a log answer: nothing.
-        assert_eq!(parse_body("{\"other\":[{}]", true).unwrap(), Body::default());
+        assert_eq!(
+            parse_body("{\"other\":[{}]", true).unwrap(),
+            Body::default()
+        );
         assert!(parse_body("{\"content\":[", false).is_err());
         // An answer Airflow could not parse is a list of strings.
-        let strings = parse_body(&json!({"content": ["a\nb", "c"], "continuation_token": null}).to_string(), false).unwrap();
-        assert_eq!(texts(&take(&strings.entries, 0, 0, 10, "s").lines), ["a", "b", "c"]);
+        let strings = parse_body(
+            &json!({"content": ["a\nb", "c"], "continuation_token": null}).to_string(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            texts(&take(&strings.entries, 0, 0, 10, "s").lines),
+            ["a", "b", "c"]
+        );
         // The source group cut before its end gives no entries yet.
         assert!(log_entries(&all[..2], true).is_empty());
         assert_eq!(log_entries(&all[..2], false).len(), 2);
@@ -946,7 +963,10 @@ mod tests {
 
     #[test]
     fn lines_of_an_entry_are_split_and_counted() {
-        let entries = [json!({"event": "one\ntwo\r\nthree"}), json!({"event": "four"})];
+        let entries = [
+            json!({"event": "one\ntwo\r\nthree"}),
+            json!({"event": "four"}),
+        ];
         let got = take(&entries, 0, 0, 2, "s");
         assert_eq!(texts(&got.lines), ["one", "two"]);
         assert_eq!((got.entries, got.lines_in_entry, got.all), (0, 2, false));

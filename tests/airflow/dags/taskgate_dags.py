@@ -174,8 +174,8 @@ with DAG(
 
 # Prints numbered lines while it runs (conf: "lines", "interval" in seconds), after
 # a first task; the second task also prints what a hostile pipeline may print (an
-# ANSI colour, a control character, a line of 10,000 bytes, a message of two lines):
-# for the logs tests.
+# ANSI colour, a control character, a line of 10,000 bytes, a message of two lines)
+# and, at once, "filler" numbered lines of 200 bytes: for the logs tests.
 with DAG(
     dag_id="tg_logs",
     schedule=None,
@@ -197,6 +197,8 @@ with DAG(
         print("tg-logs \x1b[31mred\x1b[0m and a bell\x07")
         print("tg-logs long " + "x" * 10000)
         print("tg-logs two\ntg-logs lines")
+        for i in range(int(conf.get("filler", 0))):
+            print(f"tg-logs filler {i:05d} " + "f" * 180)
         for i in range(1, lines + 1):
             print(f"tg-logs line {i} of {lines}", flush=True)
             time.sleep(interval)
