@@ -332,9 +332,9 @@ impl Pipeline for AirflowPipeline {
     }
 
     /// One page of the run's task logs (see `logs.rs` for the order and the
-    /// cursor): 3 calls (the run, its task instances, the DAG's tasks), then one
-    /// per try read, at most [`logs::MAX_TRIES_PER_PAGE`] and [`MAX_PAGE_BYTES`]
-    /// of log in all.
+    /// cursor): 3 calls (the run, its task instances, the DAG's tasks; 1 while
+    /// the run is queued), then one per try read, at most
+    /// [`logs::MAX_TRIES_PER_PAGE`] and [`MAX_PAGE_BYTES`] of log in all.
     async fn logs(
         &self,
         run: &NativeRef,
