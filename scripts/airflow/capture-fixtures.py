@@ -7,6 +7,9 @@ adapters/airflow/tests/fixtures/NAME.json, as Airflow sent it. Run it again afte
 an Airflow upgrade and re-run the tests:
 
     eval "$(scripts/airflow/up.sh)" && scripts/airflow/capture-fixtures.py
+
+With the argument `logs` it captures only the task-log payloads (`logs_*.json`,
+read by the logs tests of src/logs.rs).
 """
 
 from __future__ import annotations
@@ -183,5 +186,55 @@ def main() -> None:
     save("xcom_form", *call("GET", f"/dags/tg_form/dagRuns/{rid}/taskInstances/use_details/xcomEntries/return_value?deserialize=true", token=token))
 
 
+def log(token, dag, run_id, task_id, try_number, continuation=None):
+    query = f"?map_index=-1&token={continuation}" if continuation else "?map_index=-1"
+    return call("GET", f"/dags/{dag}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}{query}", token=token)
+
+
+def main_logs() -> None:
+    token = login()
+
+    # A task that prints lines while it runs: read while it runs (from the start, then
+    # on from Airflow's continuation token), then to its end.
+    rid = trigger(token, "tg_logs", {"lines": 8, "interval": 1})
+    save("logs_dag_tasks", *call("GET", "/dags/tg_logs/tasks", token=token))
+    save("logs_tis_running", *task_in_state(token, "tg_logs", rid, "talk", ("running",)))
+
+    def printed(n):
+        def probe():
+            status, body = log(token, "tg_logs", rid, "talk", 1)
+            said = [e for e in body.get("content", []) if "tg-logs line" in str(e)]
+            return (status, body) if len(said) >= n else None
+
+        return probe
+
+    status, first = wait("talk to print a line", printed(1))
+    save("logs_running_first", status, first)
+    assert first["continuation_token"], first
+
+    def grew():
+        status, body = log(token, "tg_logs", rid, "talk", 1, first["continuation_token"])
+        return (status, body) if body.get("content") else None
+
+    status, nxt = wait("talk to print more", grew)
+    save("logs_running_next", status, nxt)
+    finished(token, "tg_logs", rid)
+    save("logs_finished_rest", *log(token, "tg_logs", rid, "talk", 1, nxt["continuation_token"] or first["continuation_token"]))
+    save("logs_finished_whole", *log(token, "tg_logs", rid, "talk", 1))
+    save("logs_tis_finished", *tis(token, "tg_logs", rid))
+    save("logs_bad_token_400", *log(token, "tg_logs", rid, "talk", 1, "eyJmb3JnZWQiOnRydWV9.bm90LWEtc2lnbmF0dXJl"))
+    save("logs_try_missing_404", *log(token, "tg_logs", rid, "talk", 7))
+
+    # A task that fails its first try and succeeds in its second.
+    rid = trigger(token, "tg_retry", {})
+    finished(token, "tg_retry", rid)
+    save("logs_retry_tis", *tis(token, "tg_retry", rid))
+    save("logs_retry_try1", *log(token, "tg_retry", rid, "flaky", 1))
+    save("logs_retry_try2", *log(token, "tg_retry", rid, "flaky", 2))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["logs"]:
+        main_logs()
+    else:
+        main()

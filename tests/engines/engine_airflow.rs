@@ -1054,3 +1054,110 @@ async fn tasks_2025_an_idle_task_costs_no_airflow_calls_while_another_is_awaited
         "the proxy does not show the idle run's cancel"
     );
 }
+
+/// One `taskgate_logs` page: `(source, text)` lines, the cursor, `complete`.
+fn logs_page(reply: &common::Reply) -> (Vec<(String, String)>, String, bool) {
+    let s = &reply.result()["structuredContent"];
+    let lines = s["lines"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no lines: {}", reply.raw))
+        .iter()
+        .map(|l| {
+            (
+                l["source"].as_str().unwrap().to_owned(),
+                l["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    (
+        lines,
+        s["cursor"].as_str().unwrap().to_owned(),
+        s["complete"].as_bool().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taskgate_logs_reads_the_task_logs_while_the_run_runs_each_line_once_in_order() {
+    let Some(url) = airflow() else { return };
+    let s = setup(&url, "tg_logs", "");
+    let server = Server::start(&s).await;
+    let c = server.client();
+    let listed = c.request("tools/list", json!({})).await;
+    assert!(
+        listed.result()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "taskgate_logs"),
+        "{}",
+        listed.raw
+    );
+    let task = c.start_task("pipeline", json!({})).await;
+    let mut cursor: Option<String> = None;
+    let mut pages: Vec<Vec<(String, String)>> = Vec::new();
+    let end = Instant::now() + LIMIT;
+    loop {
+        // The default limit: each page holds everything printed so far.
+        let mut args = json!({"taskId": task});
+        if let Some(cur) = &cursor {
+            args["cursor"] = json!(cur);
+        }
+        let reply = c.call("taskgate_logs", args).await;
+        let (lines, next, complete) = logs_page(&reply);
+        let empty = lines.is_empty();
+        pages.push(lines);
+        cursor = Some(next);
+        if complete {
+            break;
+        }
+        assert!(Instant::now() < end, "not complete in time: {pages:?}");
+        if empty {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let all: Vec<&(String, String)> = pages.iter().flatten().collect();
+    let first_talk = all.iter().position(|(s, _)| s == "talk try 1").unwrap();
+    assert!(all[..first_talk]
+        .iter()
+        .any(|(s, t)| s == "begin try 1" && t == "tg-logs begin"));
+    let numbered: Vec<&str> = all
+        .iter()
+        .filter(|(s, t)| s == "talk try 1" && t.starts_with("tg-logs line "))
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(
+        numbered,
+        (1..=5)
+            .map(|i| format!("tg-logs line {i} of 5"))
+            .collect::<Vec<_>>(),
+        "each line once, in order"
+    );
+    assert_eq!(all.iter().filter(|(_, t)| t == "tg-logs done").count(), 1);
+    // Read while it ran: the first numbered line came on an earlier page than the
+    // last line, though every page held all there was.
+    let page_of = |text: &str| {
+        pages
+            .iter()
+            .position(|p| p.iter().any(|(_, t)| t == text))
+            .unwrap()
+    };
+    assert!(page_of("tg-logs line 1 of 5") < page_of("tg-logs done"));
+    // The end stays the end; the task itself completed.
+    let reply = c
+        .call(
+            "taskgate_logs",
+            json!({"taskId": task, "cursor": cursor.clone().unwrap()}),
+        )
+        .await;
+    let (lines, _, complete) = logs_page(&reply);
+    assert!(lines.is_empty() && complete, "{}", reply.raw);
+    c.until_status(&task, "completed", LIMIT).await;
+    // A forged cursor is invalid params, and reaches no engine.
+    let reply = c
+        .call(
+            "taskgate_logs",
+            json!({"taskId": task, "cursor": "a1/p/-1/1/talk"}),
+        )
+        .await;
+    assert_eq!(reply.code(), -32602, "{}", reply.raw);
+}

@@ -18,7 +18,8 @@ use taskgate_engine::{ConfigError, EngineError};
 use tokio::sync::Mutex;
 
 use crate::config::{Auth, Validated};
-use crate::translate::{self, DagRun, HitlDetail, HitlDetails, TaskInstances};
+use crate::logs::DagTasks;
+use crate::translate::{self, DagRun, HitlDetail, HitlDetails, TaskInstance, TaskInstances};
 use crate::{AirflowPipeline, TASK_PAGE};
 
 /// How long before its expiry a minted token is renewed.
@@ -151,6 +152,22 @@ impl Client {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Result<Answer, EngineError> {
+        Ok(self
+            .send_bounded_raw(method, url, token, body, None)
+            .await?
+            .0)
+    }
+
+    /// Sends one request; reads at most `max_bytes` of the answer's body when
+    /// set (then also says whether the body was cut there).
+    async fn send_bounded_raw(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+        max_bytes: Option<usize>,
+    ) -> Result<(Answer, bool), EngineError> {
         let mut request = self
             .http
             .request(method.clone(), url)
@@ -170,15 +187,38 @@ impl Client {
         })?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let body = response.text().await.map_err(|e| {
+        let reading = |e: reqwest::Error| {
             EngineError::unavailable("reading Airflow's answer failed", e.without_url())
-        })?;
-        Ok(Answer {
-            upstream: UPSTREAM,
-            status,
-            headers,
-            body,
-        })
+        };
+        let (body, cut) = match max_bytes {
+            None => (response.text().await.map_err(reading)?, false),
+            Some(max) => {
+                let mut response = response;
+                let mut bytes: Vec<u8> = Vec::new();
+                let mut cut = false;
+                while let Some(chunk) = response.chunk().await.map_err(reading)? {
+                    bytes.extend_from_slice(&chunk);
+                    if bytes.len() >= max {
+                        // The rest is left unread (the connection is dropped). A
+                        // body of exactly `max` bytes counts as cut: its complete
+                        // entries are read all the same.
+                        cut = true;
+                        bytes.truncate(max);
+                        break;
+                    }
+                }
+                (String::from_utf8_lossy(&bytes).into_owned(), cut)
+            }
+        };
+        Ok((
+            Answer {
+                upstream: UPSTREAM,
+                status,
+                headers,
+                body,
+            },
+            cut,
+        ))
     }
 
     /// The bearer token to send: the static one, or a minted one still valid, or a
@@ -266,6 +306,32 @@ impl Client {
         Ok(answer)
     }
 
+    /// As [`Client::send`] for a GET, reading at most `max_bytes` of the answer's
+    /// body; also says whether the body was cut there.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    pub(crate) async fn get_bounded(
+        &self,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<(Answer, bool), EngineError> {
+        let url = format!("{}{path}", self.base_url);
+        let token = self.token(false).await?;
+        let sent = self
+            .send_bounded_raw(Method::GET, &url, Some(&token), None, Some(max_bytes))
+            .await?;
+        tracing::debug!(path = %path.split('?').next().unwrap_or_default(), status = sent.0.status, cut = sent.1, "airflow log request");
+        if token_refused(&sent.0) && matches!(self.auth.as_ref(), Auth::Password { .. }) {
+            let token = self.token(true).await?;
+            return self
+                .send_bounded_raw(Method::GET, &url, Some(&token), None, Some(max_bytes))
+                .await;
+        }
+        Ok(sent)
+    }
+
     /// As [`Client::send`], then maps any non-2xx answer with [`map_error`] (`action`
     /// names the Airflow permission the request needs) and parses the body.
     ///
@@ -300,6 +366,17 @@ impl Client {
         }
         Ok((answer.json()?, answer_date(&answer)))
     }
+}
+
+/// A read of a try's log: Airflow's answer, perhaps cut at the bound.
+#[derive(Debug)]
+pub(crate) struct TryLog {
+    /// The answer's body (its start, when `cut`).
+    pub body: String,
+    /// The body was cut at the bound.
+    pub cut: bool,
+    /// Bytes read.
+    pub bytes: usize,
 }
 
 /// The Airflow permissions (as Airflow's auth managers name resources) each request
@@ -434,6 +511,62 @@ impl AirflowPipeline {
                 tracing::warn!(dag_id = %self.target.dag_id, task_id, error = %e, "cannot read the failed task's log");
                 vec![format!("(the log could not be read: {e})")]
             }
+        }
+    }
+
+    /// The DAG's tasks (for the order in which logs are read).
+    pub(crate) async fn dag_tasks(&self) -> Result<DagTasks, EngineError> {
+        self.client
+            .call(
+                Method::GET,
+                &format!("{}/tasks", self.dag()),
+                None,
+                action::DAG_READ,
+            )
+            .await
+    }
+
+    /// Reads the log of try `try_number` of `ti` after Airflow's continuation
+    /// `token` (none: from the try's start), at most `max_bytes` of it. `None`
+    /// when Airflow has no such try.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::InvalidInput`] when Airflow refuses the token (its
+    /// signature does not hold: not one it made); the errors of [`map_error`].
+    pub(crate) async fn try_log(
+        &self,
+        run_id: &str,
+        ti: &TaskInstance,
+        try_number: u64,
+        token: Option<&str>,
+        max_bytes: usize,
+    ) -> Result<Option<TryLog>, EngineError> {
+        let mut path = format!(
+            "{}/taskInstances/{}/logs/{try_number}?map_index={}",
+            self.run_path(run_id),
+            percent_encode(&ti.task_id),
+            ti.map_index
+        );
+        if let Some(token) = token {
+            path.push_str("&token=");
+            path.push_str(&percent_encode(token));
+        }
+        let (answer, cut) = self.client.get_bounded(&path, max_bytes).await?;
+        match answer.status {
+            200..=299 => Ok(Some(TryLog {
+                bytes: answer.body.len(),
+                body: answer.body,
+                cut,
+            })),
+            404 => Ok(None),
+            400 if token.is_some() => Err(EngineError::InvalidInput {
+                message: format!(
+                    "the log cursor is not one this engine made (Airflow: {})",
+                    detail(&answer.body)
+                ),
+            }),
+            _ => Err(map_error(&answer, action::LOG_READ)),
         }
     }
 

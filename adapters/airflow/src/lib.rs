@@ -11,6 +11,7 @@
 
 mod api;
 mod config;
+mod logs;
 mod translate;
 
 use std::sync::Arc;
@@ -20,12 +21,13 @@ use serde_json::{json, Value};
 use taskgate_engine::http::percent_encode;
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
-    NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
 };
 
 use api::{action, Client};
 use config::{BoundTarget, Validated};
 pub use config::{EngineSettings, ResultXcom, ToolTarget};
+use logs::{Pos, Step};
 use translate::{FailedTask, HitlDetail, Observed};
 pub use translate::{CANCEL_NOTE, OPTIONS_FIELD, OPTION_FIELD};
 
@@ -34,6 +36,10 @@ pub const KIND: &str = "airflow";
 
 /// The most task instances one read lists (Airflow's default page limit).
 pub(crate) const TASK_PAGE: u32 = 100;
+
+/// A page reads no further log once fewer bytes than this are left of its
+/// [`MAX_PAGE_BYTES`]: the next page goes on with the whole bound.
+const MIN_LOG_READ: usize = 16 * 1024;
 
 /// Builds the engine from its `[engines.NAME]` table (without `kind`). Reads the
 /// password or token; makes no request.
@@ -126,7 +132,7 @@ impl Pipeline for AirflowPipeline {
             input: true,
             idempotent_start: true,
             locate: true,
-            logs: false,
+            logs: true,
             max_retention: None,
         }
     }
@@ -325,6 +331,127 @@ impl Pipeline for AirflowPipeline {
         })
     }
 
+    /// One page of the run's task logs (see `logs.rs` for the order and the
+    /// cursor): 3 calls (the run, its task instances, the DAG's tasks; 1 while
+    /// the run is queued), then one per try read, at most
+    /// [`logs::MAX_TRIES_PER_PAGE`] and [`MAX_PAGE_BYTES`] of log in all.
+    async fn logs(
+        &self,
+        run: &NativeRef,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, EngineError> {
+        let mut pos = Pos::parse(cursor)?;
+        let run_id = self.own(run)?;
+        // The run's state before its logs: a run that had ended has written
+        // every line by the time they are read.
+        let dag_run = self.get_run(run_id).await?;
+        let run_ended = matches!(dag_run.state.as_str(), "success" | "failed");
+        if dag_run.state == "queued" {
+            return Ok(LogPage {
+                lines: Vec::new(),
+                cursor: pos.cursor(),
+                complete: false,
+            });
+        }
+        let tis = self.tasks(run_id).await?.task_instances;
+        let ranks = logs::task_ranks(&self.dag_tasks().await?.tasks);
+        let tis = logs::ordered(&tis, &ranks);
+        let mut lines: Vec<LogLine> = Vec::new();
+        let mut room = MAX_PAGE_BYTES;
+        let mut reads = 0;
+        let mut every_try_read = false;
+        while lines.len() < limit && reads < logs::MAX_TRIES_PER_PAGE && room >= MIN_LOG_READ {
+            let (ti, over) = match logs::next(&tis, &ranks, &mut pos, run_ended) {
+                Step::Read { ti, over } => (ti, over),
+                Step::Wait => break,
+                Step::End => {
+                    every_try_read = true;
+                    break;
+                }
+            };
+            let Pos::In {
+                task,
+                try_number,
+                token,
+                entries,
+                lines: lines_in_entry,
+            } = pos.clone()
+            else {
+                return Err(EngineError::internal("the log reader lost its place"));
+            };
+            reads += 1;
+            let source = logs::source(ti, try_number);
+            let full_budget = room == MAX_PAGE_BYTES;
+            let Some(read) = self
+                .try_log(run_id, ti, try_number, token.as_deref(), room)
+                .await?
+            else {
+                lines.push(LogLine::note(&format!("Airflow has no log of {source}")));
+                pos = Pos::Past { task, try_number };
+                continue;
+            };
+            room = room.saturating_sub(read.bytes);
+            let body = logs::parse_body(&read.body, read.cut).map_err(EngineError::internal)?;
+            let taken = logs::take(
+                logs::log_entries(&body.entries, token.is_none()),
+                entries,
+                lines_in_entry,
+                limit - lines.len(),
+                &source,
+            );
+            let moved = (taken.entries, taken.lines_in_entry) != (entries, lines_in_entry);
+            lines.extend(taken.lines);
+            let stay = Pos::In {
+                task: task.clone(),
+                try_number,
+                token: token.clone(),
+                entries: taken.entries,
+                lines: taken.lines_in_entry,
+            };
+            if !taken.all {
+                // Stopped at the limit: on from here next time.
+                pos = stay;
+                break;
+            }
+            if read.cut {
+                if moved || !full_budget {
+                    pos = stay;
+                } else {
+                    // More than a page of log after the token, before the first
+                    // entry that fits: what follows cannot be reached.
+                    lines.push(LogLine::note(&format!(
+                        "the rest of the log of {source} is not shown: it holds more than {} KiB beyond what was read (Airflow keeps it whole)",
+                        MAX_PAGE_BYTES / 1024
+                    )));
+                    pos = Pos::Past { task, try_number };
+                }
+                break;
+            }
+            if over {
+                pos = Pos::Past { task, try_number };
+                continue;
+            }
+            // The try runs on: go on from the token Airflow returned.
+            pos = match body.token {
+                Some(next) if logs::usable_token(&next) => Pos::In {
+                    task,
+                    try_number,
+                    token: Some(next),
+                    entries: 0,
+                    lines: 0,
+                },
+                _ => stay,
+            };
+            break;
+        }
+        Ok(LogPage {
+            lines,
+            cursor: pos.cursor(),
+            complete: run_ended && every_try_read,
+        })
+    }
+
     async fn locate(&self, run_name: &str) -> Result<Option<NativeRef>, EngineError> {
         match self.get_run(run_name).await {
             Ok(run) => Ok(Some(self.reference(&run.dag_run_id))),
@@ -447,6 +574,28 @@ mod tests {
                 "{bad}: {answered:?}"
             );
         }
+    }
+
+    /// A forged or oversized log cursor, and a reference to another DAG's run,
+    /// are refused before any request (the configured server does not answer).
+    #[tokio::test]
+    async fn bad_log_cursors_are_refused_without_a_request() {
+        let p = pipeline();
+        let run = "etl/tg-abc".to_owned();
+        let long = format!("a1/p/-1/1/{}", "t".repeat(600));
+        for bad in ["", "k1.0.0", "a1/p/-1/1/../x", "a1/i/-1/1/0/0/a b/t", &long] {
+            let e = p.logs(&run, Some(bad), 10).await.unwrap_err();
+            assert!(
+                matches!(&e, EngineError::InvalidInput { message } if message.contains("cursor")),
+                "{bad}: {e:?}"
+            );
+        }
+        assert!(matches!(
+            p.logs(&"other/tg-abc".to_owned(), None, 10).await,
+            Err(EngineError::NotFound)
+        ));
+        assert_eq!(p.api_calls(), 0);
+        assert!(p.capabilities().logs);
     }
 
     #[test]

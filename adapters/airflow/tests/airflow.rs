@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use taskgate_airflow::{AirflowEngine, AirflowPipeline};
 use taskgate_engine::testing::e2e_endpoint;
 use taskgate_engine::{
-    Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
-    Snapshot, StartRequest, ToolDecl,
+    Content, Engine, EngineError, InputAction, InputResponse, LogLine, NativeRef, Pipeline,
+    RunState, Snapshot, StartRequest, ToolDecl,
 };
 
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -639,4 +639,230 @@ async fn bad_credentials_are_a_permission_error() {
         p.read(&"tg_success/tg-no-such-run".to_owned()).await,
         Err(EngineError::NotFound)
     ));
+}
+
+/// Every page of a run's logs from `cursor` until one is `complete` (reading
+/// every 200 ms up to the deadline): the lines of each page, and the last cursor.
+async fn read_logs_to_the_end(
+    p: &AirflowPipeline,
+    run: &NativeRef,
+    limit: usize,
+) -> (Vec<Vec<LogLine>>, String) {
+    let end = Instant::now() + DEADLINE;
+    let mut cursor: Option<String> = None;
+    let mut pages = Vec::new();
+    loop {
+        let page = retrying("logs", || p.logs(run, cursor.as_deref(), limit))
+            .await
+            .expect("logs");
+        assert!(page.lines.len() <= limit);
+        let complete = page.complete;
+        let got_lines = !page.lines.is_empty();
+        pages.push(page.lines);
+        cursor = Some(page.cursor);
+        if complete {
+            return (pages, cursor.unwrap());
+        }
+        assert!(
+            Instant::now() < end,
+            "the logs were not complete in time; read so far: {pages:?}"
+        );
+        if !got_lines {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn texts_of(pages: &[Vec<LogLine>], source: &str) -> Vec<String> {
+    pages
+        .iter()
+        .flatten()
+        .filter(|l| l.source == source)
+        .map(|l| l.text.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn logs_are_read_while_the_task_runs_each_line_once_in_order() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_logs"}), json!({"type": "object"}));
+    assert!(p.capabilities().logs);
+    let name = run_name("logs");
+    let n = 12;
+    let run = retrying("start", || {
+        p.start(request(&name, json!({"lines": n, "interval": 0.5})))
+    })
+    .await
+    .expect("start");
+    let (pages, last) = read_logs_to_the_end(&p, &run, 1000).await;
+    let all: Vec<&LogLine> = pages.iter().flatten().collect();
+    // Task order: the first task's lines before the second's.
+    let first_talk = all.iter().position(|l| l.source == "talk try 1").unwrap();
+    assert!(all[..first_talk].iter().any(|l| l.text == "tg-logs begin"));
+    assert!(all[first_talk..].iter().all(|l| l.source == "talk try 1"));
+    let talk = texts_of(&pages, "talk try 1");
+    let numbered: Vec<&String> = talk
+        .iter()
+        .filter(|t| t.starts_with("tg-logs line "))
+        .collect();
+    let want: Vec<String> = (1..=n)
+        .map(|i| format!("tg-logs line {i} of {n}"))
+        .collect();
+    assert_eq!(
+        numbered,
+        want.iter().collect::<Vec<_>>(),
+        "each line once, in order"
+    );
+    assert_eq!(talk.iter().filter(|t| *t == "tg-logs done").count(), 1);
+    // Read while it ran: the first numbered line and the last came on different pages.
+    let page_of = |text: &str| {
+        pages
+            .iter()
+            .position(|p| p.iter().any(|l| l.text == text))
+            .unwrap()
+    };
+    assert!(
+        page_of(&format!("tg-logs line 1 of {n}")) < page_of("tg-logs done"),
+        "the lines were not read while the task ran: {pages:?}"
+    );
+    // What a pipeline prints is kept as text (the terminal client strips controls),
+    // one line per line, a huge line cut.
+    assert!(talk.contains(&"tg-logs \u{1b}[31mred\u{1b}[0m and a bell\u{7}".to_owned()));
+    let two = talk.iter().position(|t| t == "tg-logs two").unwrap();
+    assert_eq!(talk[two + 1], "tg-logs lines");
+    let long = talk.iter().find(|t| t.starts_with("tg-logs long")).unwrap();
+    assert!(long.len() <= taskgate_engine::MAX_LINE_BYTES + 20 && long.ends_with("[… line cut]"));
+    // The end stays the end.
+    let after = p.logs(&run, Some(&last), 1000).await.unwrap();
+    assert!(after.lines.is_empty() && after.complete, "{after:?}");
+    // Read again from the start in pages of three: the same lines.
+    let (small, _) = read_logs_to_the_end(&p, &run, 3).await;
+    let again: Vec<&LogLine> = small.iter().flatten().collect();
+    assert_eq!(again, all);
+    let before = p.api_calls();
+    p.logs(&run, None, 1000).await.unwrap();
+    eprintln!(
+        "API calls for one page of a finished two-task run: {}",
+        p.api_calls() - before
+    );
+}
+
+#[tokio::test]
+async fn logs_of_a_retried_task_show_both_tries_in_order() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_retry"}), json!({"type": "object"}));
+    let name = run_name("retry");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    let (pages, _) = read_logs_to_the_end(&p, &run, 1000).await;
+    let all: Vec<&LogLine> = pages.iter().flatten().collect();
+    let sources: Vec<&str> = all.iter().map(|l| l.source.as_str()).collect();
+    let last_first = sources.iter().rposition(|s| *s == "flaky try 1").unwrap();
+    let first_second = sources.iter().position(|s| *s == "flaky try 2").unwrap();
+    assert!(last_first < first_second, "{sources:?}");
+    let one = texts_of(&pages, "flaky try 1");
+    let two = texts_of(&pages, "flaky try 2");
+    for (lines, k) in [(&one, 1), (&two, 2)] {
+        for i in [1, 2] {
+            let line = format!("tg-retry try {k} line {i}");
+            assert_eq!(
+                lines.iter().filter(|t| **t == line).count(),
+                1,
+                "{line}: {lines:?}"
+            );
+        }
+    }
+    assert!(
+        one.contains(&"RuntimeError: tg-retry: the first try fails".to_owned()),
+        "{one:?}"
+    );
+    assert!(!two.iter().any(|t| t.contains("RuntimeError")), "{two:?}");
+    let snap = wait_for(&p, &run, "the end", terminal).await;
+    assert!(
+        matches!(snap.state, RunState::Completed(ref o) if !o.is_error),
+        "{snap:?}"
+    );
+}
+
+#[tokio::test]
+async fn forged_log_cursors_are_refused() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_retry"}), json!({"type": "object"}));
+    let name = run_name("forged");
+    let run = retrying("start", || p.start(request(&name, json!({}))))
+        .await
+        .expect("start");
+    // Malformed: refused before any request.
+    let before = p.api_calls();
+    for bad in [
+        "a1/x",
+        "a1/p/-1/1/flaky/../../x",
+        "a1/i/-1/1/0/0/a%20b/flaky",
+    ] {
+        let e = p.logs(&run, Some(bad), 10).await.unwrap_err();
+        assert!(
+            matches!(e, EngineError::InvalidInput { .. }),
+            "{bad}: {e:?}"
+        );
+    }
+    assert_eq!(p.api_calls(), before);
+    // Well formed, but with a continuation token Airflow did not sign.
+    wait_for(&p, &run, "the end", terminal).await;
+    let forged =
+        "a1/i/-1/1/0/0/eyJlbmRfb2ZfbG9nIjpmYWxzZSwibG9nX3BvcyI6MH0.bm90LWEtc2lnbmF0dXJl/flaky";
+    let e = p.logs(&run, Some(forged), 10).await.unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { message } if message.contains("cursor")),
+        "{e:?}"
+    );
+}
+
+/// A try whose log holds more than a page's byte bound after the last token
+/// (here: the whole log of a finished try, which Airflow gives no token for)
+/// is shown up to the bound, each line once and in order, then a note; the
+/// logs still end.
+#[tokio::test]
+async fn a_log_beyond_the_page_bound_is_cut_with_a_note() {
+    let Some(af) = airflow() else { return };
+    let p = af.pipeline(json!({"dag_id": "tg_logs"}), json!({"type": "object"}));
+    let name = run_name("big");
+    let filler = 2000;
+    let run = retrying("start", || {
+        p.start(request(
+            &name,
+            json!({"lines": 1, "interval": 0.1, "filler": filler}),
+        ))
+    })
+    .await
+    .expect("start");
+    wait_for(&p, &run, "the end", terminal).await;
+    let (pages, _) = read_logs_to_the_end(&p, &run, 1000).await;
+    let talk = texts_of(&pages, "talk try 1");
+    let filled: Vec<&String> = talk
+        .iter()
+        .filter(|t| t.starts_with("tg-logs filler "))
+        .collect();
+    assert!(
+        !filled.is_empty() && filled.len() < filler,
+        "{}",
+        filled.len()
+    );
+    for (i, t) in filled.iter().enumerate() {
+        assert!(
+            t.starts_with(&format!("tg-logs filler {i:05} ")),
+            "line {i}: {t}"
+        );
+    }
+    let notes = texts_of(&pages, "taskgate");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("talk try 1") && notes[0].contains("256 KiB"),
+        "{notes:?}"
+    );
+    eprintln!(
+        "a finished try with {filler} lines of 200 bytes: {} lines shown over {} pages",
+        filled.len(),
+        pages.len()
+    );
 }

@@ -170,3 +170,59 @@ with DAG(
         time.sleep(120)
 
     idle()
+
+
+# Prints numbered lines while it runs (conf: "lines", "interval" in seconds), after
+# a first task; the second task also prints what a hostile pipeline may print (an
+# ANSI colour, a control character, a line of 10,000 bytes, a message of two lines)
+# and, at once, "filler" numbered lines of 200 bytes: for the logs tests.
+with DAG(
+    dag_id="tg_logs",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["taskgate-tests"],
+):
+
+    @task(retries=0)
+    def begin():
+        print("tg-logs begin")
+        return 1
+
+    @task(retries=0)
+    def talk(_x, **context):
+        conf = context["dag_run"].conf or {}
+        lines = int(conf.get("lines", 5))
+        interval = float(conf.get("interval", 0.5))
+        print("tg-logs \x1b[31mred\x1b[0m and a bell\x07")
+        print("tg-logs long " + "x" * 10000)
+        print("tg-logs two\ntg-logs lines")
+        for i in range(int(conf.get("filler", 0))):
+            print(f"tg-logs filler {i:05d} " + "f" * 180)
+        for i in range(1, lines + 1):
+            print(f"tg-logs line {i} of {lines}", flush=True)
+            time.sleep(interval)
+        print("tg-logs done")
+
+    talk(begin())
+
+
+# Fails its first try and succeeds in its second: for the logs of a retried task.
+with DAG(
+    dag_id="tg_retry",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["taskgate-tests"],
+):
+
+    @task(retries=1, retry_delay=pendulum.duration(seconds=1))
+    def flaky(**context):
+        attempt = context["ti"].try_number
+        print(f"tg-retry try {attempt} line 1")
+        print(f"tg-retry try {attempt} line 2")
+        if attempt < 2:
+            raise RuntimeError("tg-retry: the first try fails")
+        return "ok"
+
+    flaky()
