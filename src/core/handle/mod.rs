@@ -28,10 +28,10 @@
 //!
 //! One concern a file: `keyring.rs` (keys, sealing and opening), `tg3.rs` (the
 //! cipher of what is sealed now), `legacy.rs` (the generations that only
-//! open), `claims.rs` (what a task handle holds), `trace_ref.rs` (the start span it
-//! may name), `purpose.rs` (what a sealed
-//! value is for, bound into its associated data) and `run_name.rs` (names
-//! derived for runs). This file hands their names on, and keeps [`short`].
+//! open), `claims.rs` (what a task handle holds), `trace_ref.rs` (the start
+//! span it may name), `purpose.rs` (what a sealed value is for, bound into its
+//! associated data) and `run_name.rs` (names derived for runs). This file
+//! hands their names on, and keeps [`short`].
 
 mod claims;
 mod keyring;
