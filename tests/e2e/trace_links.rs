@@ -18,7 +18,7 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use common::{modern_meta, tool_script, Client, Options, Server, Setup};
 use opentelemetry::trace::{SpanId, TracerProvider as _};
@@ -348,10 +348,7 @@ async fn traced_request(server: &Server, traceparent: &str, method: &str, params
     params["_meta"]["traceparent"] = json!(traceparent);
     let headers = Client::headers_for(method, &params);
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let reply = server
-        .client()
-        .post_raw(&headers, body.to_string())
-        .await;
+    let reply = server.client().post_raw(&headers, body.to_string()).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     reply.result().clone()
 }
@@ -405,16 +402,19 @@ async fn a_poll_on_another_replica_links_to_the_start_in_jaeger() {
     // B's span (its parent the caller's span of trace B) links to a span of
     // trace A that is taskgate's: the caller's parent span of A above it.
     let limit = Duration::from_secs(60);
-    let (link_trace, link_span, attributes) =
-        common::wait_for("B's span linking to A's start in Jaeger", limit, async || {
+    let (link_trace, link_span, attributes) = common::wait_for(
+        "B's span linking to A's start in Jaeger",
+        limit,
+        async || {
             let spans = jaeger_trace(&jaeger, &trace_b).await?;
             spans
                 .iter()
                 .find(|s| s.parent == parent_b && !s.links.is_empty())
                 .map(|s| s.links[0].clone())
                 .ok_or_else(|| format!("{spans:?}"))
-        })
-        .await;
+        },
+    )
+    .await;
     assert_eq!(link_trace, trace_a);
     assert_eq!(
         attributes.get(RELATION_KEY).map(String::as_str),
@@ -439,5 +439,8 @@ async fn a_poll_on_another_replica_links_to_the_start_in_jaeger() {
         path.push(span.name.clone());
         at = span.parent.as_str();
     }
-    assert_eq!(at, parent_a, "the linked span descends from the start request: {path:?}");
+    assert_eq!(
+        at, parent_a,
+        "the linked span descends from the start request: {path:?}"
+    );
 }

@@ -366,11 +366,7 @@ fn task_claims_read_as_serde_json_reads_them() {
                                 trace,
                             };
                             let text = serde_json::to_vec(&claims).unwrap();
-                            assert_eq!(
-                                TaskClaims::from_sealed(&text),
-                                Some(claims),
-                                "{text:?}"
-                            );
+                            assert_eq!(TaskClaims::from_sealed(&text), Some(claims), "{text:?}");
                             written.push(text);
                         }
                     }
@@ -378,9 +374,12 @@ fn task_claims_read_as_serde_json_reads_them() {
             }
         }
     }
-    // What a seal writes without escapes never needs the parser.
+    // What a seal writes without escapes never needs the parser, with or
+    // without a start span.
     let plain = serde_json::to_vec(&claims()).unwrap();
     assert_eq!(TaskClaims::from_canonical(&plain), Some(claims()));
+    let with_span = serde_json::to_vec(&traced()).unwrap();
+    assert_eq!(TaskClaims::from_canonical(&with_span), Some(traced()));
     let escaped = br#"{"d":"m","t":"a\"b","r":"r","c":1,"l":null}"#;
     assert_eq!(TaskClaims::from_canonical(escaped), None);
     assert!(TaskClaims::from_sealed(escaped).is_some());
@@ -461,7 +460,10 @@ fn the_start_span_round_trips_through_a_task_handle() {
     let k = ring(&[("k1", S1)]);
     let h = k.seal(Purpose::Task, "alice", &traced());
     assert_eq!(k.open_task("alice", &h), Some(traced()));
-    assert_eq!(k.open::<TaskClaims>(Purpose::Task, "alice", &h), Some(traced()));
+    assert_eq!(
+        k.open::<TaskClaims>(Purpose::Task, "alice", &h),
+        Some(traced())
+    );
     assert_eq!(k.open_task("bob", &h), None, "still bound to its caller");
     let reference = k.open_task("alice", &h).unwrap().trace.unwrap();
     assert_eq!(
@@ -502,7 +504,10 @@ fn handles_sealed_before_the_start_span_still_open_without_one() {
         let opened = k.open_task("alice", &h).expect("opens");
         assert_eq!(opened, claims());
         assert_eq!(opened.trace, None);
-        assert_eq!(k.open::<TaskClaims>(Purpose::Task, "alice", &h), Some(claims()));
+        assert_eq!(
+            k.open::<TaskClaims>(Purpose::Task, "alice", &h),
+            Some(claims())
+        );
     }
     // A legacy key that opens a traced plaintext reads it too (nothing seals
     // one that way; the reader does not depend on the generation).

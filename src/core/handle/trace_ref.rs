@@ -101,7 +101,6 @@ impl Serialize for TraceRef {
 impl<'de> Deserialize<'de> for TraceRef {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        Self::parse(&text)
-            .ok_or_else(|| serde::de::Error::custom("not a sealed trace reference"))
+        Self::parse(&text).ok_or_else(|| serde::de::Error::custom("not a sealed trace reference"))
     }
 }
