@@ -265,7 +265,7 @@ fn random_hex(bytes: usize) -> String {
 fn id_hex(v: &Value) -> String {
     use base64::Engine as _;
     let s = v.as_str().unwrap_or_default();
-    if s.len() % 16 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if matches!(s.len(), 16 | 32) && s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return s.to_ascii_lowercase();
     }
     base64::engine::general_purpose::STANDARD
