@@ -4,10 +4,11 @@
 //!
 //! - In process, with OpenTelemetry's in-memory exporter under the
 //!   `tracing-opentelemetry` layer: `tasks/get`, `taskgate_logs` and
-//!   `tasks/cancel` on a handle each record one link to exactly the span of
-//!   the `tools/call` that started the run; a handle whose text was altered,
-//!   or sealed by another keyring with a span of its choosing, is refused
-//!   before any link is made.
+//!   `tasks/cancel` on a 2026-07-28 handle, `tasks/get` and `tasks/cancel` on
+//!   a 2025-11-25 one, the `handles` companions on a plain client's handle,
+//!   each record one link to exactly the span of the `tools/call` that
+//!   started the run; a handle whose text was altered, or sealed by another
+//!   keyring with a span of its choosing, is refused before any link is made.
 //! - Two replicas exporting to Jaeger (`TASKGATE_JAEGER_URL`, the query base
 //!   URL; OTLP at `TASKGATE_JAEGER_OTLP`, default port 4317 of the same host):
 //!   a start on A, a `tasks/get` on B with the same keyring, and Jaeger shows
@@ -39,17 +40,20 @@ const SECRET: &str = "pMB786Hyqn13qKAg6PJpP+906egOk+Zaf0+qlrAiAeU=";
 const OTHER_SECRET: &str = "oyZheMkMT/N61eSaSv3CBFq75gWxdzBudobo6l9e6u0=";
 
 /// A gateway whose exec engine runs `sleeper.sh` (a run that waits until it
-/// is cancelled), with the built binary as the run's supervisor; its spool in
-/// `setup`'s folder (whose drop ends whatever a run left).
+/// is cancelled) as the tools `sleeper` and `held` (`legacy = "handles"`),
+/// with the built binary as the run's supervisor; its spool in `setup`'s
+/// folder (whose drop ends whatever a run left).
 async fn gateway(setup: &Setup) -> Arc<Gateway> {
     let text = format!(
         "[keys]\nseal = [{{ id = \"k1\", dev_secret = \"{SECRET}\" }}]\n\n\
          [engines.local]\nkind = \"exec\"\nspool_dir = {}\nsupervisor = [{}, \"supervise\"]\n\n\
          [[tools]]\nname = \"sleeper\"\nengine = \"local\"\nmode = \"async\"\n\
-         input_schema = {{ type = \"object\" }}\ntarget = {{ command = [{}] }}\n",
+         input_schema = {{ type = \"object\" }}\ntarget = {{ command = [{sleeper}] }}\n\n\
+         [[tools]]\nname = \"held\"\nengine = \"local\"\nmode = \"async\"\nlegacy = \"handles\"\n\
+         input_schema = {{ type = \"object\" }}\ntarget = {{ command = [{sleeper}] }}\n",
         common::toml_str(&setup.spool),
         common::toml_str(&common::bin()),
-        common::toml_str(&tool_script("sleeper.sh")),
+        sleeper = common::toml_str(&tool_script("sleeper.sh")),
     );
     let path = setup.dir.path().join("in-process.toml");
     std::fs::write(&path, text).unwrap();
@@ -59,33 +63,115 @@ async fn gateway(setup: &Setup) -> Arc<Gateway> {
 /// One 2026-07-28 request through the HTTP router, in this task (so on this
 /// thread, under its tracing subscriber); the JSON-RPC response.
 async fn post(app: &axum::Router, method: &str, mut params: Value) -> Value {
-    use tower::ServiceExt as _;
     params["_meta"] = modern_meta(true);
+    let headers: Vec<(String, String)> = Client::headers_for(method, &params)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    exchange(app, &headers, &body).await.0
+}
+
+/// One message through the HTTP router with `headers` besides the usual
+/// ones: the JSON-RPC response (`null` for none) and the session id the
+/// server set, if any.
+async fn exchange(
+    app: &axum::Router,
+    headers: &[(String, String)],
+    body: &Value,
+) -> (Value, Option<String>) {
+    use tower::ServiceExt as _;
     let mut req = axum::http::Request::post("/mcp")
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("host", "127.0.0.1:8808");
-    for (name, value) in Client::headers_for(method, &params) {
-        req = req.header(name, value);
+    for (name, value) in headers {
+        req = req.header(name.as_str(), value.as_str());
     }
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
     let resp = app
         .clone()
         .oneshot(req.body(axum::body::Body::from(body.to_string())).unwrap())
         .await
         .unwrap();
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&bytes).into_owned();
-    serde_json::from_str(&text)
+    if text.trim().is_empty() {
+        return (Value::Null, session);
+    }
+    let answer = serde_json::from_str(&text)
         .or_else(|_| {
             common::sse_messages(&text)
                 .into_iter()
                 .find(|m| m.get("id").is_some())
                 .ok_or(())
         })
-        .unwrap_or_else(|()| panic!("not a JSON-RPC response: {text}"))
+        .unwrap_or_else(|()| panic!("not a JSON-RPC response: {text}"));
+    (answer, session)
+}
+
+/// A legacy session over the router: `initialize` with `version` and
+/// `capabilities`, then `notifications/initialized`; the headers of its
+/// later requests.
+async fn legacy_session(
+    app: &axum::Router,
+    version: &str,
+    capabilities: Value,
+) -> Vec<(String, String)> {
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": capabilities,
+        "clientInfo": { "name": "taskgate-tests", "version": "1.0.0" } } });
+    let (answer, session) = exchange(app, &[], &init).await;
+    assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
+    let headers = vec![
+        ("mcp-session-id".to_owned(), session.expect("a session id")),
+        ("mcp-protocol-version".to_owned(), version.to_owned()),
+    ];
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized", "params": {} });
+    exchange(app, &headers, &note).await;
+    headers
+}
+
+/// A request of a legacy session: its JSON-RPC response.
+async fn legacy(
+    app: &axum::Router,
+    headers: &[(String, String)],
+    method: &str,
+    params: Value,
+) -> Value {
+    let body = json!({ "jsonrpc": "2.0", "id": 2, "method": method, "params": params });
+    exchange(app, headers, &body).await.0
+}
+
+/// Asserts that the requests' spans hold exactly one link, on the request's
+/// server span, to `start`, naming the relation and nothing else.
+fn assert_links_to(spans: &[SpanData], start: &SpanData, what: &str) {
+    let server = server_span(spans, what);
+    assert_eq!(links(spans).len(), 1, "{what}: one link in {spans:#?}");
+    assert_eq!(server.links.links.len(), 1, "{what}: on the server span");
+    let link = &server.links.links[0];
+    assert_eq!(
+        link.span_context.trace_id(),
+        start.span_context.trace_id(),
+        "{what}"
+    );
+    assert_eq!(
+        link.span_context.span_id(),
+        start.span_context.span_id(),
+        "{what}"
+    );
+    assert!(link.span_context.is_sampled(), "{what}");
+    assert_eq!(
+        link.attributes,
+        vec![KeyValue::new(RELATION_KEY, RELATION_START)],
+        "{what}: the relation, nothing of the caller's"
+    );
 }
 
 /// The spans finished since the last call (and forgets them).
@@ -162,28 +248,72 @@ async fn every_request_on_a_task_links_to_the_span_that_started_it() {
     ] {
         let reply = post(&app, method, params).await;
         assert!(reply.get("result").is_some(), "{method}: {reply}");
-        let spans = drain(&exporter);
-        let server = server_span(&spans, method);
-        let all = links(&spans);
-        assert_eq!(all.len(), 1, "{method}: one link in {spans:#?}");
-        assert_eq!(server.links.links.len(), 1, "{method}: on the server span");
-        let link = &server.links.links[0];
-        assert_eq!(
-            link.span_context.trace_id(),
-            start.span_context.trace_id(),
-            "{method}"
-        );
-        assert_eq!(
-            link.span_context.span_id(),
-            start.span_context.span_id(),
-            "{method}"
-        );
-        assert!(link.span_context.is_sampled());
-        assert_eq!(
-            link.attributes,
-            vec![KeyValue::new(RELATION_KEY, RELATION_START)],
-            "{method}: the relation, nothing of the caller's"
-        );
+        assert_links_to(&drain(&exporter), &start, method);
+    }
+}
+
+/// The session dialects: a 2025-11-25 task and a plain client's `handles`
+/// handle link the same way.
+#[tokio::test]
+async fn requests_of_the_session_dialects_link_to_their_start_too() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace-links")));
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let setup = Setup::config("", &[]);
+    let gw = gateway(&setup).await;
+    let app = taskgate::transport::http::router(gw.clone());
+
+    // 2025-11-25 tasks (SEP-1686).
+    let session = legacy_session(&app, "2025-11-25", json!({ "tasks": {} })).await;
+    drain(&exporter);
+    let started = legacy(
+        &app,
+        &session,
+        "tools/call",
+        json!({ "name": "sleeper", "arguments": {}, "task": { "ttl": 60000 } }),
+    )
+    .await;
+    let task = started["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {started}"))
+        .to_owned();
+    let start = server_span(&drain(&exporter), "2025-11-25 tools/call");
+    for method in ["tasks/get", "tasks/cancel"] {
+        let reply = legacy(&app, &session, method, json!({ "taskId": task })).await;
+        assert!(reply.get("result").is_some(), "{method}: {reply}");
+        assert_links_to(&drain(&exporter), &start, &format!("2025-11-25 {method}"));
+    }
+
+    // A plain client's handle and its companion tools.
+    let session = legacy_session(&app, "2025-06-18", json!({})).await;
+    drain(&exporter);
+    let started = legacy(
+        &app,
+        &session,
+        "tools/call",
+        json!({ "name": "held", "arguments": {} }),
+    )
+    .await;
+    let handle = started["result"]["structuredContent"]["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a handle: {started}"))
+        .to_owned();
+    let start = server_span(&drain(&exporter), "plain tools/call");
+    for tool in ["taskgate_task_status", "taskgate_task_cancel"] {
+        let reply = legacy(
+            &app,
+            &session,
+            "tools/call",
+            json!({ "name": tool, "arguments": { "handle": handle } }),
+        )
+        .await;
+        assert!(reply.get("result").is_some(), "{tool}: {reply}");
+        assert_links_to(&drain(&exporter), &start, tool);
     }
 }
 
