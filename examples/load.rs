@@ -55,6 +55,7 @@ fn handle_costs() {
                 .into(),
         created_ms: 1_700_000_000_000,
         ttl_ms: Some(86_400_000),
+        trace: None,
     };
     let n = 100_000;
     let t = Instant::now();

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod quota;
 pub mod slots;
 pub mod stack;
+pub mod trace_link;
 pub mod validate;
 pub mod watch;
 

@@ -18,7 +18,8 @@
 //! - `cli_call`: `taskgate call` and `taskgate tasks`;
 //! - `host_config`: `taskgate host-config`, each host's entry; `log_colour`:
 //!   colour in log lines only on a terminal;
-//! - `rmcp_client`: the Rust MCP SDK as a client.
+//! - `rmcp_client`: the Rust MCP SDK as a client;
+//! - `trace_links`: span links from every request on a task to its start.
 //!
 //! Adding a file: put `tests/e2e/NAME.rs` next to this one, start it with
 //! `use crate::common;` (not `mod common;`), and add `mod NAME;` below. Tests
@@ -43,3 +44,4 @@ mod metrics;
 mod notifications;
 mod rmcp_client;
 mod shutdown;
+mod trace_links;

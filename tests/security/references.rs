@@ -51,6 +51,7 @@ fn forge(caller: &str, native: &str) -> String {
         native: native.to_owned(),
         created_ms: unix_ms(SystemTime::now()),
         ttl_ms: Some(3_600_000),
+        trace: None,
     };
     keys.seal(Purpose::Task, caller, &claims)
 }

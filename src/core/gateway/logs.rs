@@ -54,7 +54,8 @@ fn bad_cursor() -> CoreError {
 impl Gateway {
     /// Opens a task handle of any dialect for reading its logs: a 2026-07-28
     /// or 2025-11-25 task id, or a `handles` handle. Only the caller it was
-    /// issued to opens it.
+    /// issued to opens it. Once open, the current span gets a link to the
+    /// span that started the run, when the handle names one.
     ///
     /// # Errors
     ///
@@ -87,6 +88,9 @@ impl Gateway {
         let tool = self
             .tool(&claims.tool)
             .map_err(|_| refuse(Refusal::UnknownTool))?;
+        if let Some(start) = &claims.trace {
+            crate::core::trace_link::link_to_start(start);
+        }
         audit::record(
             Action::Read,
             caller,

@@ -15,6 +15,7 @@ use crate::core::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Purpose, TaskClaims,
 };
 use crate::core::slots::WaitSlot;
+use crate::core::trace_link;
 
 /// A started run: its claims and the sealed handle the client gets.
 #[derive(Debug, Clone)]
@@ -81,6 +82,9 @@ impl Gateway {
             return Err(CoreError::OverQuota(over));
         }
         let run_name = run_name.unwrap_or_else(random_run_name);
+        // The span of this request, sealed into the handle: every later
+        // request on the task links to it.
+        let start_span = trace_link::current_start();
         let request = StartRequest {
             run_name,
             arguments,
@@ -116,13 +120,16 @@ impl Gateway {
             native,
             created_ms: unix_ms(SystemTime::now()),
             ttl_ms: Some(tool.config.keep_alive.as_millis() as u64),
+            trace: start_span,
         };
         let handle = self.keys.seal(Purpose::Task, caller, &claims);
         tracing::info!(tool = %tool.name(), task = %short(&handle), "run started");
         Ok(Started { claims, handle })
     }
 
-    /// Opens a task handle presented by `caller` in `dialect`.
+    /// Opens a task handle presented by `caller` in `dialect`. Once it has
+    /// opened (and only then), the current span gets a link to the span that
+    /// started the run, when the handle names one.
     ///
     /// # Errors
     ///
@@ -159,6 +166,9 @@ impl Gateway {
             .iter()
             .find(|t| t.config.name == c.tool)
             .ok_or_else(|| refuse(Refusal::UnknownTool))?;
+        if let Some(start) = &c.trace {
+            trace_link::link_to_start(start);
+        }
         audit::record(
             Action::Read,
             caller,

@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
+use super::trace_ref::{TraceRef, TEXT_LEN};
+
 /// What a task handle holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskClaims {
@@ -23,6 +25,12 @@ pub struct TaskClaims {
     /// Time to live from creation, milliseconds; `None` is unlimited.
     #[serde(rename = "l")]
     pub ttl_ms: Option<u64>,
+    /// The span that started the run, when tracing was on and that span was
+    /// sampled; every later request on the task links to it. Absent (not
+    /// written at all) otherwise, and in every handle sealed before it
+    /// existed, which open unchanged.
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceRef>,
 }
 
 impl TaskClaims {
@@ -68,12 +76,24 @@ impl TaskClaims {
                 (Some(ttl), rest)
             }
         };
-        (rest == b"}").then(|| Self {
+        let trace = match rest.strip_prefix(br#","s":""#) {
+            None if rest == b"}" => None,
+            None => return None,
+            Some(rest) => {
+                let (text, rest) = plain_string(rest)?;
+                if rest != b"}" || text.len() != TEXT_LEN {
+                    return None;
+                }
+                Some(TraceRef::parse(text)?)
+            }
+        };
+        Some(Self {
             dialect,
             tool: tool.to_owned(),
             native: native.to_owned(),
             created_ms,
             ttl_ms,
+            trace,
         })
     }
 

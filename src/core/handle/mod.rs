@@ -14,8 +14,11 @@
 //! names those releases derived are not looked up again: a SEP-1391 token
 //! retried across the upgrade starts a new run.
 //!
-//! The plaintext names the tool, the native run and the times;
-//! the caller's identity is associated data, so a handle presented by another
+//! The plaintext names the tool, the native run and the times, and, when
+//! tracing sampled the request that started the run, the ids of its span
+//! (`trace_ref.rs`: trace id, span id, flags; never `tracestate` or any text
+//! of the caller's), so every later request on the task can link to it. The
+//! caller's identity is associated data, so a handle presented by another
 //! caller does not open. Any failure to open — unknown key, altered bytes,
 //! another caller, expiry — is one and the same answer to the client: not found.
 //!
@@ -25,9 +28,10 @@
 //!
 //! One concern a file: `keyring.rs` (keys, sealing and opening), `tg3.rs` (the
 //! cipher of what is sealed now), `legacy.rs` (the generations that only
-//! open), `claims.rs` (what a task handle holds), `purpose.rs` (what a sealed
-//! value is for, bound into its associated data) and `run_name.rs` (names
-//! derived for runs). This file hands their names on, and keeps [`short`].
+//! open), `claims.rs` (what a task handle holds), `trace_ref.rs` (the start
+//! span it may name), `purpose.rs` (what a sealed value is for, bound into its
+//! associated data) and `run_name.rs` (names derived for runs). This file
+//! hands their names on, and keeps [`short`].
 
 mod claims;
 mod keyring;
@@ -35,6 +39,7 @@ mod legacy;
 mod purpose;
 mod run_name;
 mod tg3;
+mod trace_ref;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +48,7 @@ pub use claims::{unix_ms, Dialect, TaskClaims};
 pub use keyring::{new_secret, secret_bytes, KeyError, Keyring, MIN_SECRET_BYTES};
 pub use purpose::Purpose;
 pub use run_name::{caller_tag, random_run_name};
+pub use trace_ref::TraceRef;
 
 /// The last characters of a handle, for logs (never the whole bearer secret).
 #[must_use]

@@ -33,6 +33,24 @@ fn claims() -> TaskClaims {
         native: "arn:aws:states:us-east-1:123456789012:execution:sm:tg-x".into(),
         created_ms: 1_000,
         ttl_ms: Some(5_000),
+        trace: None,
+    }
+}
+
+/// A start span's reference (sampled).
+fn start_span() -> TraceRef {
+    TraceRef::new(
+        *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36",
+        [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7],
+        1,
+    )
+    .unwrap()
+}
+
+fn traced() -> TaskClaims {
+    TaskClaims {
+        trace: Some(start_span()),
+        ..claims()
     }
 }
 
@@ -338,24 +356,30 @@ fn task_claims_read_as_serde_json_reads_them() {
             ] {
                 for created_ms in [0, 7, 1_764_000_000_000, u64::MAX] {
                     for ttl_ms in [None, Some(0), Some(86_400_000), Some(u64::MAX)] {
-                        let claims = TaskClaims {
-                            dialect,
-                            tool: tool.into(),
-                            native: native.into(),
-                            created_ms,
-                            ttl_ms,
-                        };
-                        let text = serde_json::to_vec(&claims).unwrap();
-                        assert_eq!(TaskClaims::from_sealed(&text), Some(claims), "{text:?}");
-                        written.push(text);
+                        for trace in [None, Some(start_span())] {
+                            let claims = TaskClaims {
+                                dialect,
+                                tool: tool.into(),
+                                native: native.into(),
+                                created_ms,
+                                ttl_ms,
+                                trace,
+                            };
+                            let text = serde_json::to_vec(&claims).unwrap();
+                            assert_eq!(TaskClaims::from_sealed(&text), Some(claims), "{text:?}");
+                            written.push(text);
+                        }
                     }
                 }
             }
         }
     }
-    // What a seal writes without escapes never needs the parser.
+    // What a seal writes without escapes never needs the parser, with or
+    // without a start span.
     let plain = serde_json::to_vec(&claims()).unwrap();
     assert_eq!(TaskClaims::from_canonical(&plain), Some(claims()));
+    let with_span = serde_json::to_vec(&traced()).unwrap();
+    assert_eq!(TaskClaims::from_canonical(&with_span), Some(traced()));
     let escaped = br#"{"d":"m","t":"a\"b","r":"r","c":1,"l":null}"#;
     assert_eq!(TaskClaims::from_canonical(escaped), None);
     assert!(TaskClaims::from_sealed(escaped).is_some());
@@ -384,6 +408,24 @@ fn task_claims_read_as_serde_json_reads_them() {
         br#"{"d":"m""#,
         b"",
         b"null",
+        // The start span's reference: well formed, and every way it is not.
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":null,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":null}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":1}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":""}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ="}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3A"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQA"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S/kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AR"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"AAAAAAAAAAAAAAAAAAAAAADwZ6oLqQK3AQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgAAAAAAAAAAAQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3\u0041Q"}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ","z":1}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ","s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ"}"#,
+        br#"{"d":"m","t":"x","r":"r","s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ","c":1,"l":2}"#,
+        br#"{"d":"m","t":"x","r":"r","c":1,"l":2,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ""#,
     ];
     for text in others
         .iter()
@@ -411,4 +453,152 @@ fn a_task_handle_opens_through_the_claims_reader() {
     assert_eq!(k.open_task("bob", &h), None);
     let session = k.seal(Purpose::Session, "alice", &claims());
     assert_eq!(k.open_task("alice", &session), None);
+}
+
+#[test]
+fn the_start_span_round_trips_through_a_task_handle() {
+    let k = ring(&[("k1", S1)]);
+    let h = k.seal(Purpose::Task, "alice", &traced());
+    assert_eq!(k.open_task("alice", &h), Some(traced()));
+    assert_eq!(
+        k.open::<TaskClaims>(Purpose::Task, "alice", &h),
+        Some(traced())
+    );
+    assert_eq!(k.open_task("bob", &h), None, "still bound to its caller");
+    let reference = k.open_task("alice", &h).unwrap().trace.unwrap();
+    assert_eq!(
+        hex::encode(reference.trace_id()),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    assert_eq!(hex::encode(reference.span_id()), "00f067aa0ba902b7");
+    assert_eq!(reference.flags(), 1);
+    // Nothing of it in clear: the handle is as opaque as before.
+    for clear in ["4bf92f35", "S_kvNXez", "00f067aa"] {
+        assert!(!h.contains(clear), "{clear} in {h}");
+    }
+}
+
+#[test]
+fn claims_without_a_start_span_are_written_as_before() {
+    // The exact plaintext of the releases before the field: a handle sealed
+    // with tracing off is byte for byte what they sealed.
+    assert_eq!(
+        serde_json::to_string(&claims()).unwrap(),
+        r#"{"d":"m","t":"t","r":"arn:aws:states:us-east-1:123456789012:execution:sm:tg-x","c":1000,"l":5000}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&traced()).unwrap(),
+        r#"{"d":"m","t":"t","r":"arn:aws:states:us-east-1:123456789012:execution:sm:tg-x","c":1000,"l":5000,"s":"S_kvNXezTaajzpKdDg5HNgDwZ6oLqQK3AQ"}"#
+    );
+}
+
+#[test]
+fn handles_sealed_before_the_start_span_still_open_without_one() {
+    let k = ring(&[("k1", S1)]);
+    // What every earlier generation sealed: no `s` member.
+    for h in [
+        k.seal(Purpose::Task, "alice", &claims()),
+        k.seal_v2(Purpose::Task, "alice", &claims()),
+        k.seal_v1(Purpose::Task, "alice", &claims()),
+    ] {
+        let opened = k.open_task("alice", &h).expect("opens");
+        assert_eq!(opened, claims());
+        assert_eq!(opened.trace, None);
+        assert_eq!(
+            k.open::<TaskClaims>(Purpose::Task, "alice", &h),
+            Some(claims())
+        );
+    }
+    // A legacy key that opens a traced plaintext reads it too (nothing seals
+    // one that way; the reader does not depend on the generation).
+    let v1 = k.seal_v1(Purpose::Task, "alice", &traced());
+    assert_eq!(k.open_task("alice", &v1), Some(traced()));
+}
+
+#[test]
+fn a_start_span_is_only_what_the_key_sealed() {
+    let k = ring(&[("k1", S1)]);
+    let other = ring(&[("k1", S2)]);
+    // Another keyring's handle, naming a span of its choosing, does not open.
+    let foreign = other.seal(Purpose::Task, "alice", &traced());
+    assert_eq!(k.open_task("alice", &foreign), None);
+    // Every single-character change of the sealed text is refused whole: no
+    // bit of the reference can be chosen from outside.
+    let h = k.seal(Purpose::Task, "alice", &traced());
+    let body = h.rfind('.').unwrap() + 1;
+    for at in body..h.len() {
+        let mut bytes = h.clone().into_bytes();
+        bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(bytes).unwrap();
+        assert_eq!(k.open_task("alice", &altered), None, "changed at {at}");
+    }
+    // Zero ids are not a reference.
+    assert!(TraceRef::new([0; 16], [1; 8], 1).is_none());
+    assert!(TraceRef::new([1; 16], [0; 8], 1).is_none());
+}
+
+#[test]
+fn a_start_span_costs_a_handle_55_characters() {
+    let k = ring(&[("k1", S1)]);
+    // A typical task: an exec run of a tool `deploy_service`.
+    let typical = TaskClaims {
+        dialect: Dialect::TasksExtension,
+        tool: "deploy_service".into(),
+        native: "tg-ztsaifu27zqlc6rlzso3qsjemf".into(),
+        created_ms: 1_765_000_000_000,
+        ttl_ms: Some(86_400_000),
+        trace: None,
+    };
+    let before = k.seal(Purpose::Task, "alice", &typical).len();
+    let after = k
+        .seal(
+            Purpose::Task,
+            "alice",
+            &TaskClaims {
+                trace: Some(start_span()),
+                ..typical
+            },
+        )
+        .len();
+    // 41 bytes more plaintext (`,"s":"` + 34 + `"`), in base64url.
+    assert!((54..=55).contains(&(after - before)), "{before} -> {after}");
+    println!("task handle: {before} characters without a start span, {after} with one");
+}
+
+/// Run names (and so SEP-1391 operation look-ups and idempotent starts) are
+/// what they were: pinned to a value computed apart from this code (HKDF and
+/// HMAC-SHA256 of the documented inputs, in Python's standard library).
+#[test]
+fn run_names_do_not_change() {
+    let k = ring(&[("k1", S1)]);
+    assert_eq!(
+        k.derive_run_name("alice", "deploy", "op-1"),
+        "tg-ztsaifu27zqlc6rlzso3qsjemf"
+    );
+}
+
+/// A release before the start span reads a handle that names one: its claims
+/// had no `s` member and serde ignores members it does not know, so during a
+/// rolling upgrade an old replica still opens a new replica's handles.
+#[test]
+fn a_release_before_the_start_span_reads_a_handle_that_names_one() {
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Before {
+        d: Dialect,
+        t: String,
+        r: String,
+        c: u64,
+        l: Option<u64>,
+    }
+    let text = serde_json::to_vec(&traced()).unwrap();
+    assert_eq!(
+        from_json::<Before>(&text),
+        Some(Before {
+            d: Dialect::TasksExtension,
+            t: "t".into(),
+            r: claims().native,
+            c: 1_000,
+            l: Some(5_000),
+        })
+    );
 }
