@@ -25,7 +25,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, Pipeline, RunState, Snapshot,
-    StartRequest, ToolDecl, ToolOutput,
+    StartRequest, ToolDecl, ToolOutput, TraceContext,
 };
 
 const POLL: Duration = Duration::from_millis(150);
@@ -883,6 +883,61 @@ async fn a_retry_with_other_arguments_conflicts() {
             .await,
         Err(EngineError::Conflict { .. })
     ));
+    p.cancel(&run).await.unwrap();
+    c.done().await;
+}
+
+/// The trace context reaches the Job (annotation) and its pod's containers
+/// (`TRACEPARENT`, `TRACESTATE`), and a retried start under another trace
+/// finds the same Job instead of a conflict.
+#[tokio::test]
+async fn the_trace_context_reaches_the_pod_and_a_retry_under_another_trace_finds_the_job() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let Some(c) = Cluster::new("trace").await else {
+        return;
+    };
+    let p = c
+        .pipeline(
+            "t",
+            json!({"template": template(json!({}), json!({"taskgate.test/duration": "30s"}))}),
+            None,
+        )
+        .await;
+    let mut first = request("tg-trace-1", json!({"a": 1}));
+    first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+    let run = p.start(first).await.unwrap();
+    let job = c.jobs().get(&run).await.unwrap();
+    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get("taskgate.io/traceparent").map(String::as_str), Some(TP));
+    assert_eq!(
+        annotations.get("taskgate.io/tracestate").map(String::as_str),
+        Some("vendor=abc")
+    );
+    // The pod the Job controller made from the template carries it.
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), &c.ns);
+    let env = until("the Job's pod", || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("job-name={run}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        let pod = list.items.into_iter().next().ok_or("no pod yet")?;
+        Ok(pod.spec.unwrap().containers[0].env.clone().unwrap_or_default())
+    })
+    .await;
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("TRACEPARENT").as_deref(), Some(TP));
+    assert_eq!(value("TRACESTATE").as_deref(), Some("vendor=abc"));
+    // A retry under another trace, or none, is the same start.
+    let mut again = request("tg-trace-1", json!({"a": 1}));
+    again.trace = Some(
+        TraceContext::new("00-11111111111111111111111111111111-2222222222222222-01", None).unwrap(),
+    );
+    assert_eq!(p.start(again).await.unwrap(), run);
+    assert_eq!(p.start(request("tg-trace-1", json!({"a": 1}))).await.unwrap(), run);
     p.cancel(&run).await.unwrap();
     c.done().await;
 }
