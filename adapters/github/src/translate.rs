@@ -1035,6 +1035,7 @@ mod tests {
         let inputs = dispatch_inputs(
             &json!({"name": "Mona", "count": 3, "dry_run": true, "tags": ["a"], "skip": null}),
             "taskgate_run",
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -1043,6 +1044,12 @@ mod tests {
         );
         assert!(dispatch_inputs(&json!([1]), "taskgate_run", None).is_err());
         assert!(dispatch_inputs(&json!({"taskgate_run": "x"}), "taskgate_run", None).is_err());
+        // The trace input is taskgate's too, and takes one of the 25 places.
+        let trace = Some("traceparent");
+        assert!(dispatch_inputs(&json!({"traceparent": "x"}), "taskgate_run", trace).is_err());
+        let many: Map<String, Value> = (0..24).map(|i| (format!("i{i}"), json!("v"))).collect();
+        assert!(dispatch_inputs(&Value::Object(many.clone()), "taskgate_run", None).is_ok());
+        assert!(dispatch_inputs(&Value::Object(many), "taskgate_run", trace).is_err());
         assert!(dispatch_inputs(&Value::Null, "taskgate_run", None)
             .unwrap()
             .is_empty());
