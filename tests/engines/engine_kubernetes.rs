@@ -1123,7 +1123,10 @@ async fn a_traced_call_puts_its_trace_id_in_the_jobs_env() {
     params["_meta"]["tracestate"] = json!("vendor=abc");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
     let reply = client
-        .post_raw(&Client::headers_for("tools/call", &params), body.to_string())
+        .post_raw(
+            &Client::headers_for("tools/call", &params),
+            body.to_string(),
+        )
         .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
@@ -1137,7 +1140,10 @@ async fn a_traced_call_puts_its_trace_id_in_the_jobs_env() {
     let parts: Vec<&str> = traceparent.split('-').collect();
     assert_eq!(parts.len(), 4, "{traceparent}");
     assert_eq!(parts[1], TRACE_ID, "{traceparent}");
-    assert_ne!(parts[2], "00f067aa0ba902b7", "the parent is taskgate's span");
+    assert_ne!(
+        parts[2], "00f067aa0ba902b7",
+        "the parent is taskgate's span"
+    );
     let annotations = job.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(
         annotations.get("taskgate.io/traceparent"),
@@ -1146,7 +1152,9 @@ async fn a_traced_call_puts_its_trace_id_in_the_jobs_env() {
     // No label holds any of it.
     let labels = job.metadata.labels.clone().unwrap_or_default();
     assert!(
-        labels.values().all(|v| !v.contains(TRACE_ID) && !v.contains("vendor")),
+        labels
+            .values()
+            .all(|v| !v.contains(TRACE_ID) && !v.contains("vendor")),
         "{labels:?}"
     );
     c.done().await;

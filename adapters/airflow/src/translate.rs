@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use taskgate_engine::{
-    InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput, TraceContext,
+    InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
+    TraceContext,
 };
 
 /// The start of the note taskgate writes on a DAG run it cancels. A failed run

@@ -562,7 +562,11 @@ async fn the_trace_context_travels_in_the_conf_under_its_key() {
         .await
         .expect("start");
     let dag_run = af
-        .admin(reqwest::Method::GET, &format!("/dags/tg_success/dagRuns/{name}"), None)
+        .admin(
+            reqwest::Method::GET,
+            &format!("/dags/tg_success/dagRuns/{name}"),
+            None,
+        )
         .await;
     assert_eq!(
         dag_run["conf"],
@@ -571,11 +575,16 @@ async fn the_trace_context_travels_in_the_conf_under_its_key() {
     );
     let mut again = request(&name, args.clone());
     again.trace = Some(
-        TraceContext::new("00-11111111111111111111111111111111-2222222222222222-01", None)
-            .unwrap(),
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
     );
     assert_eq!(
-        retrying("retry", || p.start(again.clone())).await.expect("retry"),
+        retrying("retry", || p.start(again.clone()))
+            .await
+            .expect("retry"),
         run
     );
     assert_eq!(
@@ -587,10 +596,16 @@ async fn the_trace_context_travels_in_the_conf_under_its_key() {
     let other = p
         .start(request(&name, json!({"dataset": "b", "rows": 1})))
         .await;
-    assert!(matches!(other, Err(EngineError::Conflict { .. })), "{other:?}");
+    assert!(
+        matches!(other, Err(EngineError::Conflict { .. })),
+        "{other:?}"
+    );
     let before = p.api_calls();
     let hostile = p
-        .start(request(&run_name("trace"), json!({"dataset": "a", "trace": {"traceparent": "x"}})))
+        .start(request(
+            &run_name("trace"),
+            json!({"dataset": "a", "trace": {"traceparent": "x"}}),
+        ))
         .await;
     assert!(
         matches!(&hostile, Err(EngineError::InvalidInput { message }) if message.contains("reserved")),
@@ -605,7 +620,10 @@ async fn the_trace_context_travels_in_the_conf_under_its_key() {
     });
     assert_eq!(refused.err().unwrap().key, "target.trace_conf_key");
     let snap = wait_for(&p, &run, "the end", terminal).await;
-    assert!(matches!(&snap.state, RunState::Completed(o) if !o.is_error), "{snap:?}");
+    assert!(
+        matches!(&snap.state, RunState::Completed(o) if !o.is_error),
+        "{snap:?}"
+    );
 }
 
 #[tokio::test]

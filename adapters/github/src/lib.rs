@@ -646,10 +646,11 @@ impl Pipeline for GithubPipeline {
             }
             findings.push(message);
         }
-        let suggested =
-            workflow::suggest_input_schema(&yaml, &reserved).map_err(|e| EngineError::InvalidInput {
+        let suggested = workflow::suggest_input_schema(&yaml, &reserved).map_err(|e| {
+            EngineError::InvalidInput {
                 message: e.to_string(),
-            })?;
+            }
+        })?;
         let mismatches = workflow::compare_inputs(&self.input_schema, &yaml, &reserved);
         if !mismatches.is_empty() {
             return Err(EngineError::InvalidInput {

@@ -1076,9 +1076,12 @@ mod tests {
 
     #[test]
     fn the_inputs_tag_ignores_order() {
-        let a = dispatch_inputs(&serde_json::json!({"a": 1, "b": "x"}), "taskgate_run", None).unwrap();
-        let b = dispatch_inputs(&serde_json::json!({"b": "x", "a": 1}), "taskgate_run", None).unwrap();
-        let c = dispatch_inputs(&serde_json::json!({"a": 2, "b": "x"}), "taskgate_run", None).unwrap();
+        let a =
+            dispatch_inputs(&serde_json::json!({"a": 1, "b": "x"}), "taskgate_run", None).unwrap();
+        let b =
+            dispatch_inputs(&serde_json::json!({"b": "x", "a": 1}), "taskgate_run", None).unwrap();
+        let c =
+            dispatch_inputs(&serde_json::json!({"a": 2, "b": "x"}), "taskgate_run", None).unwrap();
         assert_eq!(inputs_tag(&a), inputs_tag(&b));
         assert_ne!(inputs_tag(&a), inputs_tag(&c));
         assert_eq!(inputs_tag(&a).len(), 12);

@@ -145,7 +145,10 @@ pub(crate) fn suggest_input_schema(
     let inputs = declared_inputs(workflow_yaml)?;
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for (name, input) in inputs.iter().filter(|(n, _)| !reserved.contains(&n.as_str())) {
+    for (name, input) in inputs
+        .iter()
+        .filter(|(n, _)| !reserved.contains(&n.as_str()))
+    {
         let mut prop = Map::new();
         let json_type = match input.kind.as_str() {
             "boolean" => "boolean",
@@ -180,7 +183,11 @@ pub(crate) fn suggest_input_schema(
 /// match. The `reserved` inputs (the correlation input, the trace input) are
 /// expected in the workflow only.
 #[must_use]
-pub(crate) fn compare_inputs(schema: &Value, workflow_yaml: &str, reserved: &[&str]) -> Vec<String> {
+pub(crate) fn compare_inputs(
+    schema: &Value,
+    workflow_yaml: &str,
+    reserved: &[&str],
+) -> Vec<String> {
     let declared = match declared_inputs(workflow_yaml) {
         Ok(d) => d,
         Err(e) => return vec![e.to_string()],

@@ -645,7 +645,11 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
 async fn the_trace_context_is_the_declared_trace_input() {
     const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let d = Double::start().await;
-    let p = pipeline(&d, json!({"trace_input": "traceparent", "correlate": "always"})).await;
+    let p = pipeline(
+        &d,
+        json!({"trace_input": "traceparent", "correlate": "always"}),
+    )
+    .await;
     let mut first = request("tg-trace", json!({"version": "1.0.0"}));
     first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
     let native = p.start(first).await.unwrap();
@@ -663,8 +667,11 @@ async fn the_trace_context_is_the_declared_trace_input() {
     // A retry under another trace finds the run; no second dispatch.
     let mut again = request("tg-trace", json!({"version": "1.0.0"}));
     again.trace = Some(
-        TraceContext::new("00-11111111111111111111111111111111-2222222222222222-01", None)
-            .unwrap(),
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
     );
     assert_eq!(p.start(again).await.unwrap(), native);
     assert!(!d.lines().contains(&DISPATCH.to_owned()), "{:?}", d.lines());
@@ -673,12 +680,21 @@ async fn the_trace_context_is_the_declared_trace_input() {
     p.start(request("tg-untraced", json!({"version": "1.0.0"})))
         .await
         .unwrap();
-    let body = d.seen().into_iter().find(|s| s.line() == DISPATCH).unwrap().body.unwrap();
+    let body = d
+        .seen()
+        .into_iter()
+        .find(|s| s.line() == DISPATCH)
+        .unwrap()
+        .body
+        .unwrap();
     assert!(body["inputs"].get("traceparent").is_none(), "{body}");
     d.clear_seen();
     // Hostile: an argument may not fill the trace input.
     let err = p
-        .start(request("tg-hostile", json!({"version": "1", "traceparent": "00-forged"})))
+        .start(request(
+            "tg-hostile",
+            json!({"version": "1", "traceparent": "00-forged"}),
+        ))
         .await
         .unwrap_err();
     assert!(matches!(err, EngineError::InvalidInput { .. }), "{err:?}");
@@ -692,7 +708,10 @@ async fn the_trace_context_is_the_declared_trace_input() {
     });
     assert_eq!(refused.err().unwrap().key, "target.trace_input");
     // check: the workflow declares the trace input, and the schema need not.
-    schema["properties"].as_object_mut().unwrap().remove("traceparent");
+    schema["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("traceparent");
     let bind = |trace_input: &str| {
         let schema = schema.clone();
         let trace_input = trace_input.to_owned();
@@ -711,7 +730,9 @@ async fn the_trace_context_is_the_declared_trace_input() {
     };
     let findings = bind("traceparent").await.check().await.unwrap();
     assert!(
-        findings.join("\n").contains("matches the workflow's inputs"),
+        findings
+            .join("\n")
+            .contains("matches the workflow's inputs"),
         "{findings:?}"
     );
     let err = bind("otel_parent").await.check().await.unwrap_err();

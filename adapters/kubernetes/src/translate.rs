@@ -1078,7 +1078,14 @@ mod tests {
     const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
     fn env_of(job: &Job, i: usize) -> Vec<(String, Option<String>)> {
-        job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[i]
+        job.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[i]
             .env
             .clone()
             .unwrap_or_default()
@@ -1099,8 +1106,14 @@ mod tests {
         let job = render_job(&b, "t", "jobs", &traced, None).unwrap();
         for i in [0, 1] {
             let env = env_of(&job, i);
-            assert!(env.contains(&("TRACEPARENT".into(), Some(TRACEPARENT.into()))), "{env:?}");
-            assert!(env.contains(&("TRACESTATE".into(), Some("vendor=abc".into()))), "{env:?}");
+            assert!(
+                env.contains(&("TRACEPARENT".into(), Some(TRACEPARENT.into()))),
+                "{env:?}"
+            );
+            assert!(
+                env.contains(&("TRACESTATE".into(), Some("vendor=abc".into()))),
+                "{env:?}"
+            );
         }
         assert_eq!(annotation(&job, ANN_TRACEPARENT), Some(TRACEPARENT));
         assert_eq!(annotation(&job, ANN_TRACESTATE), Some("vendor=abc"));
@@ -1113,8 +1126,11 @@ mod tests {
             .all(|v| !v.contains("vendor") && !v.contains("4bf92f35")));
         assert!(same_job(&plain, &job));
         traced.trace = Some(
-            TraceContext::new("00-11111111111111111111111111111111-2222222222222222-00", None)
-                .unwrap(),
+            TraceContext::new(
+                "00-11111111111111111111111111111111-2222222222222222-00",
+                None,
+            )
+            .unwrap(),
         );
         let other_trace = render_job(&b, "t", "jobs", &traced, None).unwrap();
         assert!(same_job(&job, &other_trace));
@@ -1124,7 +1140,15 @@ mod tests {
 
         // A container that sets the variable itself keeps its own.
         let mut own = bound(json!({"args_env_prefix": "ARG_"}));
-        let pod = own.template.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        let pod = own
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap();
         pod.containers[1].env = Some(vec![EnvVar {
             name: "TRACEPARENT".into(),
             value: Some("operator".into()),
@@ -1132,7 +1156,10 @@ mod tests {
         }]);
         traced.trace = Some(TraceContext::new(TRACEPARENT, Some("vendor=abc")).unwrap());
         let job = render_job(&own, "t", "jobs", &traced, None).unwrap();
-        assert_eq!(env_of(&job, 1), vec![("TRACEPARENT".into(), Some("operator".into()))]);
+        assert_eq!(
+            env_of(&job, 1),
+            vec![("TRACEPARENT".into(), Some("operator".into()))]
+        );
         assert!(env_of(&job, 0).contains(&("TRACEPARENT".into(), Some(TRACEPARENT.into()))));
     }
 

@@ -502,11 +502,20 @@ async fn the_trace_context_is_sent_as_the_xray_trace_header() {
     let run = pipeline.start(first).await.unwrap();
     let mut again = request("tg-trace-1", json!({"a": 1}));
     again.trace = Some(
-        TraceContext::new("00-11111111111111111111111111111111-2222222222222222-00", None)
-            .unwrap(),
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-00",
+            None,
+        )
+        .unwrap(),
     );
     assert_eq!(pipeline.start(again).await.unwrap(), run);
-    assert_eq!(pipeline.start(request("tg-trace-1", json!({"a": 1}))).await.unwrap(), run);
+    assert_eq!(
+        pipeline
+            .start(request("tg-trace-1", json!({"a": 1})))
+            .await
+            .unwrap(),
+        run
+    );
     let sent = bodies.0.lock().unwrap().clone();
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert_eq!(

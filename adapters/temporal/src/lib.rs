@@ -28,7 +28,7 @@ use taskgate_engine::{
     MAX_CURSOR_BYTES, MAX_PAGE_BYTES,
 };
 use temporalio_common::protos::temporal::api::common::v1::{
-    Header, Memo, SearchAttributes, WorkflowExecution, WorkflowType,
+    Memo, SearchAttributes, WorkflowExecution, WorkflowType,
 };
 use temporalio_common::protos::temporal::api::enums::v1::{
     HistoryEventFilterType, QueryRejectCondition, TaskQueueKind, TaskQueueType,
@@ -1012,8 +1012,8 @@ mod tests {
         else {
             return;
         };
-        let engine = TemporalEngine::new(json!({"address": address, "namespace": "taskgate-test"}))
-            .unwrap();
+        let engine =
+            TemporalEngine::new(json!({"address": address, "namespace": "taskgate-test"})).unwrap();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

@@ -589,10 +589,12 @@ mod tests {
     #[test]
     fn the_trace_context_enters_annotations_and_the_declared_parameter() {
         const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let b = bound(json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "traceparent"}))
-            .unwrap();
-        let plain = render_object(&b, "build", "jobs", &request(json!({"dataset": "s"})), None)
-            .unwrap();
+        let b = bound(
+            json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "traceparent"}),
+        )
+        .unwrap();
+        let plain =
+            render_object(&b, "build", "jobs", &request(json!({"dataset": "s"})), None).unwrap();
         let mut traced = request(json!({"dataset": "s"}));
         traced.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
         let o = render_object(&b, "build", "jobs", &traced, None).unwrap();
@@ -606,7 +608,9 @@ mod tests {
             plain["spec"]["arguments"]["parameters"][1],
             json!({"name": "traceparent", "value": ""})
         );
-        assert!(plain["metadata"]["annotations"].get(ANN_TRACEPARENT).is_none());
+        assert!(plain["metadata"]["annotations"]
+            .get(ANN_TRACEPARENT)
+            .is_none());
         assert_eq!(
             o["metadata"]["annotations"][ANN_SPEC_HASH],
             plain["metadata"]["annotations"][ANN_SPEC_HASH]
