@@ -1093,3 +1093,69 @@ async fn logs_follow_a_running_job_line_by_line() {
     assert!(seen.iter().all(|(s, _)| *s == source), "{seen:?}");
     c.done().await;
 }
+
+/// Issue 34: a 2026-07-28 call whose `_meta` carries a `traceparent`, on a server
+/// with tracing on (`[telemetry]`, an unreachable collector is fine), starts a
+/// Job whose container env holds `TRACEPARENT` of the caller's trace (taskgate's
+/// own start span is the parent, so only the trace id is the caller's), and
+/// whose annotation `taskgate.io/traceparent` says the same. Needs the
+/// telemetry core to fill `StartRequest.trace` from the request's context.
+#[tokio::test]
+async fn a_traced_call_puts_its_trace_id_in_the_jobs_env() {
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let Some(c) = Cluster::new("trace").await else {
+        return;
+    };
+    let file = c.template_file(
+        "traced.yaml",
+        json!({}),
+        json!({"taskgate.test/duration": "30s"}),
+    );
+    let tools = tool("traced", &format!("template_file = {}", toml_string(&file)));
+    let s = c.setup(&format!(
+        "[telemetry]\nendpoint = \"http://127.0.0.1:9\"\n\n{tools}"
+    ));
+    let server = s.server().await;
+    let client = server.client();
+    let mut params = json!({"name": "traced", "arguments": {"dataset": "sales"}});
+    params["_meta"] = common::modern_meta(true);
+    params["_meta"]["traceparent"] = json!(format!("00-{TRACE_ID}-00f067aa0ba902b7-01"));
+    params["_meta"]["tracestate"] = json!("vendor=abc");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let reply = client
+        .post_raw(
+            &Client::headers_for("tools/call", &params),
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
+    let job = c.only_job().await;
+    let env = job_env(&job);
+    let traceparent = env
+        .iter()
+        .find(|(name, _)| name == "TRACEPARENT")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_else(|| panic!("no TRACEPARENT in {env:?}"));
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!(parts[1], TRACE_ID, "{traceparent}");
+    assert_ne!(
+        parts[2], "00f067aa0ba902b7",
+        "the parent is taskgate's span"
+    );
+    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("taskgate.io/traceparent"),
+        Some(&traceparent)
+    );
+    // No label holds any of it.
+    let labels = job.metadata.labels.clone().unwrap_or_default();
+    assert!(
+        labels
+            .values()
+            .all(|v| !v.contains(TRACE_ID) && !v.contains("vendor")),
+        "{labels:?}"
+    );
+    c.done().await;
+}

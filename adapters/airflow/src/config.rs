@@ -264,6 +264,16 @@ pub struct ToolTarget {
     /// (default 20, at most 1000; 0 leaves the log out).
     #[serde(default)]
     pub log_lines: Option<usize>,
+    /// The `conf` key that carries the W3C trace context the run was started
+    /// under, as `{ "traceparent": "...", "tracestate": "..." }` (a carrier a
+    /// task hands to an OpenTelemetry propagator's `extract`). Unset (the
+    /// default): the trace context is not passed, since a DAG may refuse conf
+    /// keys it does not know. Must differ from `conf_key` and, when `conf_key`
+    /// is unset, from every property of the tool's input schema; an argument
+    /// of this name is refused. A retried start under another trace is the
+    /// same run: this key is left out when conf is compared.
+    #[serde(default)]
+    pub trace_conf_key: Option<String>,
 }
 
 /// Which XCom is the result (`target.result`).
@@ -288,6 +298,8 @@ pub struct BoundTarget {
     pub result: Option<(String, String)>,
     /// See [`ToolTarget::log_lines`].
     pub log_lines: usize,
+    /// See [`ToolTarget::trace_conf_key`].
+    pub trace_conf_key: Option<String>,
 }
 
 /// Airflow's rule for DAG and task ids: letters, digits, `_`, `-`, `.`, at most 250.
@@ -343,11 +355,26 @@ impl ToolTarget {
                 format!("at most {MAX_LOG_LINES}"),
             ));
         }
+        if let Some(key) = &self.trace_conf_key {
+            if key.is_empty() {
+                return Err(ConfigError::new(
+                    "target.trace_conf_key",
+                    "must not be empty",
+                ));
+            }
+            if self.conf_key.as_ref() == Some(key) {
+                return Err(ConfigError::new(
+                    "target.trace_conf_key",
+                    "must differ from target.conf_key",
+                ));
+            }
+        }
         Ok(BoundTarget {
             dag_id: self.dag_id.clone(),
             conf_key: self.conf_key.clone(),
             result,
             log_lines,
+            trace_conf_key: self.trace_conf_key.clone(),
         })
     }
 }

@@ -82,6 +82,19 @@ impl AirflowEngine {
     /// A [`ConfigError`] keyed relative to the tool (`target.dag_id`, …).
     pub fn bind_pipeline(&self, tool: &ToolDecl) -> Result<AirflowPipeline, ConfigError> {
         let target = tool.target::<ToolTarget>()?.validate()?;
+        if let (Some(key), None) = (&target.trace_conf_key, &target.conf_key) {
+            if tool
+                .input_schema
+                .get("properties")
+                .and_then(|p| p.get(key))
+                .is_some()
+            {
+                return Err(ConfigError::new(
+                    "target.trace_conf_key",
+                    format!("{key:?} is an argument of the tool (its input_schema); choose another key or set target.conf_key"),
+                ));
+            }
+        }
         Ok(AirflowPipeline {
             client: self.client.clone(),
             target,
@@ -140,11 +153,14 @@ impl Pipeline for AirflowPipeline {
     async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
         let conf = translate::conf_for(&request.arguments, self.target.conf_key.as_deref())
             .map_err(|message| EngineError::InvalidInput { message })?;
+        let trace_key = self.target.trace_conf_key.as_deref();
+        let sent = translate::conf_with_trace(&conf, trace_key, request.trace.as_ref())
+            .map_err(|message| EngineError::InvalidInput { message })?;
         self.dag_ready().await?;
         let body = json!({
             "dag_run_id": request.run_name,
             "logical_date": null,
-            "conf": conf,
+            "conf": sent,
         });
         let answer = self
             .client
@@ -163,7 +179,8 @@ impl Pipeline for AirflowPipeline {
         }
         // A run with this id exists: the same start again, or another one.
         let existing = self.get_run(&request.run_name).await?;
-        if translate::same_conf(existing.conf.as_ref(), &conf) {
+        let existing_conf = translate::conf_without_trace(existing.conf.as_ref(), trace_key);
+        if translate::same_conf(existing_conf.as_ref(), &conf) {
             tracing::info!(dag_id = %self.target.dag_id, run_name = %request.run_name, "DAG run already triggered with the same conf");
             Ok(self.reference(&request.run_name))
         } else {

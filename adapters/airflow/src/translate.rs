@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use taskgate_engine::{
     InputAction, InputRequest, InputResponse, Progress, RunState, Snapshot, ToolOutput,
+    TraceContext,
 };
 
 /// The start of the note taskgate writes on a DAG run it cancels. A failed run
@@ -179,6 +180,48 @@ pub fn conf_for(arguments: &Value, conf_key: Option<&str>) -> Result<Value, Stri
         None if arguments.is_null() => Ok(json!({})),
         None => Err("the tool's arguments must be an object (or set target.conf_key)".to_owned()),
     }
+}
+
+/// The `conf` a start sends: `conf` with the trace context under `trace_key`
+/// (`{ "traceparent": ..., "tracestate": ... }`) when both are there.
+///
+/// # Errors
+///
+/// A message when the arguments already hold `trace_key` (it is reserved for
+/// the trace context, with or without one).
+pub fn conf_with_trace(
+    conf: &Value,
+    trace_key: Option<&str>,
+    trace: Option<&TraceContext>,
+) -> Result<Value, String> {
+    let Some(key) = trace_key else {
+        return Ok(conf.clone());
+    };
+    if conf.get(key).is_some() {
+        return Err(format!(
+            "the argument {key:?} is reserved for the trace context (target.trace_conf_key)"
+        ));
+    }
+    let mut sent = conf.clone();
+    if let (Some(trace), Some(object)) = (trace, sent.as_object_mut()) {
+        let mut carrier = json!({ "traceparent": trace.traceparent() });
+        if let Some(state) = trace.tracestate() {
+            carrier["tracestate"] = json!(state);
+        }
+        object.insert(key.to_owned(), carrier);
+    }
+    Ok(sent)
+}
+
+/// An existing run's `conf` without the trace context's key, for comparing it
+/// with a retried start's (which may run under another trace).
+#[must_use]
+pub fn conf_without_trace(existing: Option<&Value>, trace_key: Option<&str>) -> Option<Value> {
+    let mut conf = existing.cloned();
+    if let (Some(Value::Object(object)), Some(key)) = (conf.as_mut(), trace_key) {
+        object.remove(key);
+    }
+    conf
 }
 
 /// Whether an existing run was started with this `conf` (an absent conf equals `{}`).
@@ -714,6 +757,27 @@ pub fn compare_params(input_schema: &Value, params: &Map<String, Value>) -> Vec<
 mod tests {
     use super::*;
     use taskgate_engine::Content;
+
+    #[test]
+    fn the_trace_context_goes_under_its_conf_key_only() {
+        let trace = TraceContext::new(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            None,
+        )
+        .unwrap();
+        let conf = json!({"a": 1});
+        assert_eq!(conf_with_trace(&conf, None, Some(&trace)).unwrap(), conf);
+        let sent = conf_with_trace(&conf, Some("trace"), Some(&trace)).unwrap();
+        assert_eq!(
+            sent,
+            json!({"a": 1, "trace": {"traceparent": trace.traceparent()}})
+        );
+        assert_eq!(conf_with_trace(&conf, Some("trace"), None).unwrap(), conf);
+        assert!(conf_with_trace(&json!({"trace": "x"}), Some("trace"), None).is_err());
+        let back = conf_without_trace(Some(&sent), Some("trace"));
+        assert!(same_conf(back.as_ref(), &conf));
+        assert!(!same_conf(Some(&sent), &conf));
+    }
 
     fn body(name: &str) -> Value {
         let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));

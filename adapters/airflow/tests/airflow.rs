@@ -12,7 +12,7 @@ use taskgate_airflow::{AirflowEngine, AirflowPipeline};
 use taskgate_engine::testing::e2e_endpoint;
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, LogLine, NativeRef, Pipeline,
-    RunState, Snapshot, StartRequest, ToolDecl,
+    RunState, Snapshot, StartRequest, ToolDecl, TraceContext,
 };
 
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -537,6 +537,89 @@ async fn starts_are_idempotent_and_other_conf_conflicts() {
     // A fresh engine (a restarted server) finds and finishes the same run.
     let fresh = af.pipeline(success_target(), success_schema());
     let snap = wait_for(&fresh, &first, "the end", terminal).await;
+    assert!(
+        matches!(&snap.state, RunState::Completed(o) if !o.is_error),
+        "{snap:?}"
+    );
+}
+
+/// With `trace_conf_key`, the run's conf carries the trace context as a
+/// propagator carrier on the real Airflow (a DAG with params accepts the
+/// extra key); a retry under another trace is the same run; an argument of
+/// that name is refused before any call, and a schema that declares it at bind.
+#[tokio::test]
+async fn the_trace_context_travels_in_the_conf_under_its_key() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let Some(af) = airflow() else { return };
+    let mut target = success_target();
+    target["trace_conf_key"] = json!("trace");
+    let p = af.pipeline(target.clone(), success_schema());
+    let name = run_name("trace");
+    let args = json!({"dataset": "a", "rows": 1});
+    let mut first = request(&name, args.clone());
+    first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+    let run = retrying("start", || p.start(first.clone()))
+        .await
+        .expect("start");
+    let dag_run = af
+        .admin(
+            reqwest::Method::GET,
+            &format!("/dags/tg_success/dagRuns/{name}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        dag_run["conf"],
+        json!({"dataset": "a", "rows": 1, "trace": {"traceparent": TP, "tracestate": "vendor=abc"}}),
+        "{dag_run}"
+    );
+    let mut again = request(&name, args.clone());
+    again.trace = Some(
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        retrying("retry", || p.start(again.clone()))
+            .await
+            .expect("retry"),
+        run
+    );
+    assert_eq!(
+        retrying("retry", || p.start(request(&name, args.clone())))
+            .await
+            .expect("retry"),
+        run
+    );
+    let other = p
+        .start(request(&name, json!({"dataset": "b", "rows": 1})))
+        .await;
+    assert!(
+        matches!(other, Err(EngineError::Conflict { .. })),
+        "{other:?}"
+    );
+    let before = p.api_calls();
+    let hostile = p
+        .start(request(
+            &run_name("trace"),
+            json!({"dataset": "a", "trace": {"traceparent": "x"}}),
+        ))
+        .await;
+    assert!(
+        matches!(&hostile, Err(EngineError::InvalidInput { message }) if message.contains("reserved")),
+        "{hostile:?}"
+    );
+    assert_eq!(p.api_calls(), before, "a refused start called Airflow");
+    let refused = af.engine().bind_pipeline(&ToolDecl {
+        name: "tool".into(),
+        target,
+        input_schema: json!({"type": "object", "properties": {"trace": {"type": "string"}}}),
+        keep_alive: None,
+    });
+    assert_eq!(refused.err().unwrap().key, "target.trace_conf_key");
+    let snap = wait_for(&p, &run, "the end", terminal).await;
     assert!(
         matches!(&snap.state, RunState::Completed(o) if !o.is_error),
         "{snap:?}"

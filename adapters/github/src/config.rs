@@ -268,6 +268,16 @@ pub struct ToolTarget {
     /// `four_eyes` keeps the caller who started the run from giving it.
     #[serde(default)]
     pub environment_approval: Option<ApprovalSettings>,
+    /// The workflow input that receives the W3C `traceparent` the run was
+    /// started under (`trace_input = "traceparent"`), so the workflow's steps
+    /// can continue the trace (`TRACEPARENT: ${{ inputs.traceparent }}`). Unset
+    /// (the default): no trace input is sent, since GitHub refuses inputs a
+    /// workflow does not declare. The workflow declares it (optional, type
+    /// string; `taskgate check-config` refuses a workflow without it); it is
+    /// not an argument of the tool, and a call without a trace context leaves
+    /// it out. It counts toward GitHub's 25 inputs.
+    #[serde(default)]
+    pub trace_input: Option<String>,
 }
 
 /// A workflow, by file name or numeric id.
@@ -332,6 +342,8 @@ pub(crate) struct BoundTarget {
     pub correlate: Correlate,
     /// Approval settings, when the human step is on.
     pub approval: Option<ApprovalSettings>,
+    /// The trace input's name, when the tool declares one.
+    pub trace_input: Option<String>,
 }
 
 fn is_name(s: &str, extra: &[char]) -> bool {
@@ -392,6 +404,20 @@ impl ToolTarget {
                 "must be an input name (letters, digits, '-', '_')",
             ));
         }
+        if let Some(trace) = &self.trace_input {
+            if !is_name(trace, &['_']) {
+                return Err(ConfigError::new(
+                    "target.trace_input",
+                    "must be an input name (letters, digits, '-', '_')",
+                ));
+            }
+            if *trace == correlation_input {
+                return Err(ConfigError::new(
+                    "target.trace_input",
+                    "must differ from the correlation input",
+                ));
+            }
+        }
         if let Some(approval) = &self.environment_approval {
             if let Some(schema) = &approval.schema {
                 if schema.get("type").and_then(Value::as_str) != Some("object") {
@@ -410,6 +436,7 @@ impl ToolTarget {
             correlation_input,
             correlate: self.correlate,
             approval: self.environment_approval,
+            trace_input: self.trace_input,
         })
     }
 }

@@ -94,6 +94,19 @@ impl Engine for GithubEngine {
 
     fn bind(&self, tool: &ToolDecl) -> Result<Arc<dyn Pipeline>, ConfigError> {
         let target = tool.target::<ToolTarget>()?.validate()?;
+        if let Some(trace) = &target.trace_input {
+            if tool
+                .input_schema
+                .get("properties")
+                .and_then(|p| p.get(trace))
+                .is_some()
+            {
+                return Err(ConfigError::new(
+                    "target.trace_input",
+                    format!("{trace:?} is an argument of the tool (its input_schema); the trace input is taskgate's"),
+                ));
+            }
+        }
         Ok(Arc::new(GithubPipeline {
             client: self.client.clone(),
             target,
@@ -230,11 +243,19 @@ impl Pipeline for GithubPipeline {
 
     async fn start(&self, request: StartRequest) -> Result<NativeRef, EngineError> {
         let t = &self.target;
-        let mut inputs = translate::dispatch_inputs(&request.arguments, &t.correlation_input)?;
+        let mut inputs = translate::dispatch_inputs(
+            &request.arguments,
+            &t.correlation_input,
+            t.trace_input.as_deref(),
+        )?;
         // The correlation value carries a tag of the inputs after the run name,
         // so a retry can tell the same arguments from other ones (GitHub does
-        // not return a run's inputs).
+        // not return a run's inputs). The trace input is added after it: a
+        // retry under another trace is the same start.
         let tag = translate::inputs_tag(&inputs);
+        if let (Some(name), Some(trace)) = (&t.trace_input, &request.trace) {
+            inputs.insert(name.clone(), Value::String(trace.traceparent().to_owned()));
+        }
         let correlation = Value::String(format!("{}.{tag}", request.run_name));
         let mut rate_budget = RateBudget::default();
         if t.correlate == Correlate::Always {
@@ -601,6 +622,18 @@ impl Pipeline for GithubPipeline {
         let names: Vec<&str> = declared.keys().map(String::as_str).collect();
         findings.push(format!("declared inputs: {names:?}"));
         let corr = &t.correlation_input;
+        if let Some(trace) = &t.trace_input {
+            if !declared.contains_key(trace) {
+                return Err(EngineError::InvalidInput {
+                    message: format!(
+                        "the workflow does not declare the trace input {trace:?} (target.trace_input); \
+                         GitHub would refuse every dispatch that carries it"
+                    ),
+                });
+            }
+        }
+        let mut reserved = vec![corr.as_str()];
+        reserved.extend(t.trace_input.as_deref());
         let in_run_name = yaml.contains(&format!("inputs.{corr}"));
         if !declared.contains_key(corr) || !in_run_name {
             let message = format!(
@@ -613,11 +646,12 @@ impl Pipeline for GithubPipeline {
             }
             findings.push(message);
         }
-        let suggested =
-            workflow::suggest_input_schema(&yaml, corr).map_err(|e| EngineError::InvalidInput {
+        let suggested = workflow::suggest_input_schema(&yaml, &reserved).map_err(|e| {
+            EngineError::InvalidInput {
                 message: e.to_string(),
-            })?;
-        let mismatches = workflow::compare_inputs(&self.input_schema, &yaml, corr);
+            }
+        })?;
+        let mismatches = workflow::compare_inputs(&self.input_schema, &yaml, &reserved);
         if !mismatches.is_empty() {
             return Err(EngineError::InvalidInput {
                 message: format!(

@@ -577,10 +577,12 @@ fn completed(run: &WorkflowRun, details: &Details) -> RunState {
 /// # Errors
 ///
 /// [`EngineError::InvalidInput`] when the arguments are not an object, hold more
-/// than the 25 inputs GitHub accepts, or use the correlation input's name.
+/// than the 25 inputs GitHub accepts (less the ones taskgate adds: the
+/// correlation input and the `trace_input`), or use one of their names.
 pub(crate) fn dispatch_inputs(
     arguments: &Value,
     correlation_input: &str,
+    trace_input: Option<&str>,
 ) -> Result<Map<String, Value>, EngineError> {
     let object = match arguments {
         Value::Object(o) => o,
@@ -593,7 +595,7 @@ pub(crate) fn dispatch_inputs(
     };
     let mut inputs = Map::new();
     for (name, value) in object {
-        if name == correlation_input {
+        if name == correlation_input || Some(name.as_str()) == trace_input {
             return Err(EngineError::InvalidInput {
                 message: format!("the input {name:?} is reserved for taskgate"),
             });
@@ -607,10 +609,12 @@ pub(crate) fn dispatch_inputs(
         };
         inputs.insert(name.clone(), Value::String(text));
     }
-    if inputs.len() > 24 {
+    let room = 25 - 1 - usize::from(trace_input.is_some());
+    if inputs.len() > room {
         return Err(EngineError::InvalidInput {
             message: format!(
-                "GitHub accepts at most 25 workflow inputs (taskgate may need one); got {}",
+                "GitHub accepts at most 25 workflow inputs (taskgate may need {}); got {}",
+                25 - room,
                 inputs.len()
             ),
         });
@@ -1031,15 +1035,22 @@ mod tests {
         let inputs = dispatch_inputs(
             &json!({"name": "Mona", "count": 3, "dry_run": true, "tags": ["a"], "skip": null}),
             "taskgate_run",
+            None,
         )
         .unwrap();
         assert_eq!(
             Value::Object(inputs),
             json!({"name": "Mona", "count": "3", "dry_run": "true", "tags": "[\"a\"]"})
         );
-        assert!(dispatch_inputs(&json!([1]), "taskgate_run").is_err());
-        assert!(dispatch_inputs(&json!({"taskgate_run": "x"}), "taskgate_run").is_err());
-        assert!(dispatch_inputs(&Value::Null, "taskgate_run")
+        assert!(dispatch_inputs(&json!([1]), "taskgate_run", None).is_err());
+        assert!(dispatch_inputs(&json!({"taskgate_run": "x"}), "taskgate_run", None).is_err());
+        // The trace input is taskgate's too, and takes one of the 25 places.
+        let trace = Some("traceparent");
+        assert!(dispatch_inputs(&json!({"traceparent": "x"}), "taskgate_run", trace).is_err());
+        let many: Map<String, Value> = (0..24).map(|i| (format!("i{i}"), json!("v"))).collect();
+        assert!(dispatch_inputs(&Value::Object(many.clone()), "taskgate_run", None).is_ok());
+        assert!(dispatch_inputs(&Value::Object(many), "taskgate_run", trace).is_err());
+        assert!(dispatch_inputs(&Value::Null, "taskgate_run", None)
             .unwrap()
             .is_empty());
     }
@@ -1065,9 +1076,12 @@ mod tests {
 
     #[test]
     fn the_inputs_tag_ignores_order() {
-        let a = dispatch_inputs(&serde_json::json!({"a": 1, "b": "x"}), "taskgate_run").unwrap();
-        let b = dispatch_inputs(&serde_json::json!({"b": "x", "a": 1}), "taskgate_run").unwrap();
-        let c = dispatch_inputs(&serde_json::json!({"a": 2, "b": "x"}), "taskgate_run").unwrap();
+        let a =
+            dispatch_inputs(&serde_json::json!({"a": 1, "b": "x"}), "taskgate_run", None).unwrap();
+        let b =
+            dispatch_inputs(&serde_json::json!({"b": "x", "a": 1}), "taskgate_run", None).unwrap();
+        let c =
+            dispatch_inputs(&serde_json::json!({"a": 2, "b": "x"}), "taskgate_run", None).unwrap();
         assert_eq!(inputs_tag(&a), inputs_tag(&b));
         assert_ne!(inputs_tag(&a), inputs_tag(&c));
         assert_eq!(inputs_tag(&a).len(), 12);

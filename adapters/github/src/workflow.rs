@@ -133,19 +133,22 @@ fn yaml_to_json(v: serde_yaml::Value) -> Value {
 }
 
 /// Suggests a tool `input_schema` from the workflow's declared inputs,
-/// leaving out `correlation_input`.
+/// leaving out the `reserved` ones (the correlation input, the trace input).
 ///
 /// # Errors
 ///
 /// [`WorkflowError`] when the file is not YAML or has no `workflow_dispatch` trigger.
 pub(crate) fn suggest_input_schema(
     workflow_yaml: &str,
-    correlation_input: &str,
+    reserved: &[&str],
 ) -> Result<Value, WorkflowError> {
     let inputs = declared_inputs(workflow_yaml)?;
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for (name, input) in inputs.iter().filter(|(n, _)| *n != correlation_input) {
+    for (name, input) in inputs
+        .iter()
+        .filter(|(n, _)| !reserved.contains(&n.as_str()))
+    {
         let mut prop = Map::new();
         let json_type = match input.kind.as_str() {
             "boolean" => "boolean",
@@ -177,12 +180,13 @@ pub(crate) fn suggest_input_schema(
 
 /// Compares a tool's `input_schema` with the workflow's declared inputs (names,
 /// required, types, choice options) and returns the findings, empty when they
-/// match. `correlation_input` is expected in the workflow only.
+/// match. The `reserved` inputs (the correlation input, the trace input) are
+/// expected in the workflow only.
 #[must_use]
 pub(crate) fn compare_inputs(
     schema: &Value,
     workflow_yaml: &str,
-    correlation_input: &str,
+    reserved: &[&str],
 ) -> Vec<String> {
     let declared = match declared_inputs(workflow_yaml) {
         Ok(d) => d,
@@ -200,9 +204,9 @@ pub(crate) fn compare_inputs(
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     for name in properties.keys() {
-        if name == correlation_input {
+        if reserved.contains(&name.as_str()) {
             findings.push(format!(
-                "argument {name:?} is reserved for taskgate's correlation input; rename it"
+                "argument {name:?} is reserved for taskgate's correlation or trace input; rename it"
             ));
         } else if !declared.contains_key(name) {
             findings.push(format!(
@@ -211,7 +215,7 @@ pub(crate) fn compare_inputs(
         }
     }
     for (name, input) in &declared {
-        if name == correlation_input {
+        if reserved.contains(&name.as_str()) {
             continue;
         }
         let Some(prop) = properties.get(name) else {
@@ -306,11 +310,11 @@ jobs:
     fn the_doubles_workflow_matches_its_suggested_schema() {
         use taskgate_github_double as double;
         let schema =
-            suggest_input_schema(double::WORKFLOW_YAML, DEFAULT_CORRELATION_INPUT).unwrap();
+            suggest_input_schema(double::WORKFLOW_YAML, &[DEFAULT_CORRELATION_INPUT]).unwrap();
         assert_eq!(schema, double::suggested_input_schema());
         assert_eq!(schema["required"], json!(["version"]));
         assert!(
-            compare_inputs(&schema, double::WORKFLOW_YAML, DEFAULT_CORRELATION_INPUT).is_empty()
+            compare_inputs(&schema, double::WORKFLOW_YAML, &[DEFAULT_CORRELATION_INPUT]).is_empty()
         );
     }
 
@@ -339,7 +343,7 @@ jobs:
 
     #[test]
     fn a_schema_is_suggested() {
-        let s = suggest_input_schema(WORKFLOW, DEFAULT_CORRELATION_INPUT).unwrap();
+        let s = suggest_input_schema(WORKFLOW, &[DEFAULT_CORRELATION_INPUT]).unwrap();
         assert_eq!(s["required"], json!(["environment", "version"]));
         assert_eq!(
             s["properties"]["environment"]["enum"],
@@ -350,7 +354,7 @@ jobs:
         assert!(s["properties"].get("taskgate_run").is_none());
         // The suggestion matches its own workflow.
         assert_eq!(
-            compare_inputs(&s, WORKFLOW, DEFAULT_CORRELATION_INPUT),
+            compare_inputs(&s, WORKFLOW, &[DEFAULT_CORRELATION_INPUT]),
             Vec::<String>::new()
         );
     }
@@ -366,7 +370,7 @@ jobs:
                 "extra": {"type": "string"},
             }
         });
-        let findings = compare_inputs(&schema, WORKFLOW, DEFAULT_CORRELATION_INPUT);
+        let findings = compare_inputs(&schema, WORKFLOW, &[DEFAULT_CORRELATION_INPUT]);
         let all = findings.join("\n");
         assert!(
             all.contains("\"extra\" is not a workflow_dispatch input"),
@@ -384,7 +388,7 @@ jobs:
         );
         assert_eq!(findings.len(), 5, "{all}");
         assert_eq!(
-            compare_inputs(&schema, "on: push", DEFAULT_CORRELATION_INPUT),
+            compare_inputs(&schema, "on: push", &[DEFAULT_CORRELATION_INPUT]),
             vec!["the workflow has no workflow_dispatch trigger".to_owned()]
         );
     }

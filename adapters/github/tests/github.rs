@@ -10,7 +10,7 @@ use double::{Double, Throttle, OWNER, REF, REPO, TOKEN, WORKFLOW};
 use serde_json::{json, Value};
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState,
-    Snapshot, StartRequest, ToolDecl,
+    Snapshot, StartRequest, ToolDecl, TraceContext,
 };
 use taskgate_github_double as double;
 
@@ -633,6 +633,113 @@ async fn check_reads_the_workflow_file_and_suggests_a_schema() {
     expected.extend(check_calls.iter().cloned());
     expected.extend(check_calls.iter().cloned());
     assert_eq!(d.lines(), expected);
+    d.assert_clean();
+}
+
+/// With `trace_input`, the dispatch carries the `traceparent` as that input
+/// (the double refuses inputs its workflow does not declare, as GitHub does);
+/// a retry under another trace finds the run it made; an argument of that name
+/// is refused before any call; a schema that declares it is refused at bind;
+/// check refuses a trace input the workflow does not declare.
+#[tokio::test]
+async fn the_trace_context_is_the_declared_trace_input() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let d = Double::start().await;
+    let p = pipeline(
+        &d,
+        json!({"trace_input": "traceparent", "correlate": "always"}),
+    )
+    .await;
+    let mut first = request("tg-trace", json!({"version": "1.0.0"}));
+    first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+    let native = p.start(first).await.unwrap();
+    let dispatched: Vec<Value> = d
+        .seen()
+        .into_iter()
+        .filter(|s| s.line() == DISPATCH)
+        .filter_map(|s| s.body)
+        .collect();
+    assert_eq!(dispatched.len(), 1);
+    assert_eq!(dispatched[0]["inputs"]["traceparent"], TP);
+    assert_eq!(dispatched[0]["inputs"]["version"], "1.0.0");
+    assert!(!dispatched[0].to_string().contains("vendor=abc"));
+    d.clear_seen();
+    // A retry under another trace finds the run; no second dispatch.
+    let mut again = request("tg-trace", json!({"version": "1.0.0"}));
+    again.trace = Some(
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
+    );
+    assert_eq!(p.start(again).await.unwrap(), native);
+    assert!(!d.lines().contains(&DISPATCH.to_owned()), "{:?}", d.lines());
+    d.clear_seen();
+    // Without a trace context the input is left out.
+    p.start(request("tg-untraced", json!({"version": "1.0.0"})))
+        .await
+        .unwrap();
+    let body = d
+        .seen()
+        .into_iter()
+        .find(|s| s.line() == DISPATCH)
+        .unwrap()
+        .body
+        .unwrap();
+    assert!(body["inputs"].get("traceparent").is_none(), "{body}");
+    d.clear_seen();
+    // Hostile: an argument may not fill the trace input.
+    let err = p
+        .start(request(
+            "tg-hostile",
+            json!({"version": "1", "traceparent": "00-forged"}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::InvalidInput { .. }), "{err:?}");
+    assert!(d.lines().is_empty(), "{:?}", d.lines());
+    let mut schema = double::suggested_input_schema();
+    let refused = engine(&d).await.bind(&ToolDecl {
+        input_schema: schema.clone(),
+        name: "deploy".into(),
+        target: target(json!({"trace_input": "traceparent"})),
+        keep_alive: None,
+    });
+    assert_eq!(refused.err().unwrap().key, "target.trace_input");
+    // check: the workflow declares the trace input, and the schema need not.
+    schema["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("traceparent");
+    let bind = |trace_input: &str| {
+        let schema = schema.clone();
+        let trace_input = trace_input.to_owned();
+        let d = &d;
+        async move {
+            engine(d)
+                .await
+                .bind(&ToolDecl {
+                    input_schema: schema,
+                    name: "deploy".into(),
+                    target: target(json!({"trace_input": trace_input})),
+                    keep_alive: None,
+                })
+                .unwrap()
+        }
+    };
+    let findings = bind("traceparent").await.check().await.unwrap();
+    assert!(
+        findings
+            .join("\n")
+            .contains("matches the workflow's inputs"),
+        "{findings:?}"
+    );
+    let err = bind("otel_parent").await.check().await.unwrap_err();
+    assert!(
+        matches!(&err, EngineError::InvalidInput { message } if message.contains("does not declare the trace input")),
+        "{err:?}"
+    );
     d.assert_clean();
 }
 

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use taskgate_engine::{
     arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot,
-    StartRequest, ToolOutput,
+    StartRequest, ToolOutput, TraceContext,
 };
 
 use crate::config::{ApprovalGate, Bound};
@@ -33,6 +33,15 @@ pub(crate) const ANN_APPROVAL: &str = "taskgate.io/approval";
 pub(crate) const ANN_APPROVAL_ANSWER: &str = "taskgate.io/approval-answer";
 /// Annotation: set to `true` by a cancel (either mode); the Job then reads cancelled.
 pub(crate) const ANN_CANCELLED: &str = "taskgate.io/cancelled";
+/// Annotation: the W3C `traceparent` the run was started under (Jobs and
+/// resource objects).
+pub(crate) const ANN_TRACEPARENT: &str = "taskgate.io/traceparent";
+/// Annotation: the W3C `tracestate` the run was started under, when there is one.
+pub(crate) const ANN_TRACESTATE: &str = "taskgate.io/tracestate";
+/// The environment variable that carries `traceparent` into every container.
+pub(crate) const ENV_TRACEPARENT: &str = "TRACEPARENT";
+/// The environment variable that carries `tracestate` into every container.
+pub(crate) const ENV_TRACESTATE: &str = "TRACESTATE";
 /// The input request key of an approval gate.
 pub(crate) const APPROVAL_KEY: &str = "approval";
 /// The approval annotation's value while waiting.
@@ -109,6 +118,10 @@ pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Result<Vec<EnvVa
 /// keeps the template's names off the prefix; a clash would keep the
 /// template's).
 ///
+/// The trace context, when the request has one, is added after the spec hash
+/// is taken ([`add_trace`]): a retried start under another trace finds the Job
+/// the first one made instead of a conflict.
+///
 /// # Errors
 ///
 /// [`EngineError::InvalidInput`] from [`argument_env`].
@@ -159,7 +172,53 @@ pub(crate) fn render_job(
     if bound.approval.is_some() {
         annotations.insert(ANN_APPROVAL.into(), APPROVAL_PENDING.into());
     }
+    if let Some(trace) = &request.trace {
+        add_trace(&mut job, trace);
+    }
     Ok(job)
+}
+
+/// Carries `trace` into a rendered Job: the annotations `taskgate.io/traceparent`
+/// (and `taskgate.io/tracestate`) on the Job, and `TRACEPARENT` (and
+/// `TRACESTATE`) in the environment of every container and init container of
+/// its pod template. A container that already sets either variable (its
+/// template, or an argument variable) keeps its own and gets neither. Never a
+/// label: a `tracestate` does not fit a label's syntax.
+pub(crate) fn add_trace(job: &mut Job, trace: &TraceContext) {
+    let annotations = job.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(ANN_TRACEPARENT.into(), trace.traceparent().to_owned());
+    if let Some(state) = trace.tracestate() {
+        annotations.insert(ANN_TRACESTATE.into(), state.to_owned());
+    }
+    let Some(pod) = job
+        .spec
+        .as_mut()
+        .and_then(|spec| spec.template.spec.as_mut())
+    else {
+        return;
+    };
+    let init = pod.init_containers.iter_mut().flatten();
+    for container in pod.containers.iter_mut().chain(init) {
+        let env = container.env.get_or_insert_with(Vec::new);
+        if env
+            .iter()
+            .any(|e| e.name == ENV_TRACEPARENT || e.name == ENV_TRACESTATE)
+        {
+            continue;
+        }
+        env.push(EnvVar {
+            name: ENV_TRACEPARENT.into(),
+            value: Some(trace.traceparent().to_owned()),
+            value_from: None,
+        });
+        if let Some(state) = trace.tracestate() {
+            env.push(EnvVar {
+                name: ENV_TRACESTATE.into(),
+                value: Some(state.to_owned()),
+                value_from: None,
+            });
+        }
+    }
 }
 
 /// The value of annotation `key` of `job`.
@@ -1014,6 +1073,94 @@ mod tests {
             env.last().unwrap().name,
             crate::config::DEFAULT_ARGS_JSON_ENV
         );
+    }
+
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn env_of(job: &Job, i: usize) -> Vec<(String, Option<String>)> {
+        job.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[i]
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect()
+    }
+
+    /// The trace context reaches every container and the Job's annotations,
+    /// never a label, never replaces a container's own variable, and leaves the
+    /// spec hash alone: a retried start under another trace is the same Job.
+    #[test]
+    fn the_trace_context_enters_every_container_but_not_the_spec_hash() {
+        let b = bound(json!({"args_env_prefix": "ARG_"}));
+        let plain = render_job(&b, "t", "jobs", &request(json!({"a": 1})), None).unwrap();
+        let mut traced = request(json!({"a": 1}));
+        traced.trace = Some(TraceContext::new(TRACEPARENT, Some("vendor=abc")).unwrap());
+        let job = render_job(&b, "t", "jobs", &traced, None).unwrap();
+        for i in [0, 1] {
+            let env = env_of(&job, i);
+            assert!(
+                env.contains(&("TRACEPARENT".into(), Some(TRACEPARENT.into()))),
+                "{env:?}"
+            );
+            assert!(
+                env.contains(&("TRACESTATE".into(), Some("vendor=abc".into()))),
+                "{env:?}"
+            );
+        }
+        assert_eq!(annotation(&job, ANN_TRACEPARENT), Some(TRACEPARENT));
+        assert_eq!(annotation(&job, ANN_TRACESTATE), Some("vendor=abc"));
+        assert!(job
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .values()
+            .all(|v| !v.contains("vendor") && !v.contains("4bf92f35")));
+        assert!(same_job(&plain, &job));
+        traced.trace = Some(
+            TraceContext::new(
+                "00-11111111111111111111111111111111-2222222222222222-00",
+                None,
+            )
+            .unwrap(),
+        );
+        let other_trace = render_job(&b, "t", "jobs", &traced, None).unwrap();
+        assert!(same_job(&job, &other_trace));
+        assert_eq!(annotation(&other_trace, ANN_TRACESTATE), None);
+        assert_eq!(annotation(&plain, ANN_TRACEPARENT), None);
+        assert!(env_of(&plain, 0).iter().all(|(n, _)| n != "TRACEPARENT"));
+
+        // A container that sets the variable itself keeps its own.
+        let mut own = bound(json!({"args_env_prefix": "ARG_"}));
+        let pod = own
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap();
+        pod.containers[1].env = Some(vec![EnvVar {
+            name: "TRACEPARENT".into(),
+            value: Some("operator".into()),
+            value_from: None,
+        }]);
+        traced.trace = Some(TraceContext::new(TRACEPARENT, Some("vendor=abc")).unwrap());
+        let job = render_job(&own, "t", "jobs", &traced, None).unwrap();
+        assert_eq!(
+            env_of(&job, 1),
+            vec![("TRACEPARENT".into(), Some("operator".into()))]
+        );
+        assert!(env_of(&job, 0).contains(&("TRACEPARENT".into(), Some(TRACEPARENT.into()))));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, Pipeline, RunState, Snapshot,
-    StartRequest, ToolDecl, ToolOutput,
+    StartRequest, ToolDecl, ToolOutput, TraceContext,
 };
 
 const POLL: Duration = Duration::from_millis(150);
@@ -883,6 +883,194 @@ async fn a_retry_with_other_arguments_conflicts() {
             .await,
         Err(EngineError::Conflict { .. })
     ));
+    p.cancel(&run).await.unwrap();
+    c.done().await;
+}
+
+/// The trace context reaches the Job (annotation) and its pod's containers
+/// (`TRACEPARENT`, `TRACESTATE`), and a retried start under another trace
+/// finds the same Job instead of a conflict.
+#[tokio::test]
+async fn the_trace_context_reaches_the_pod_and_a_retry_under_another_trace_finds_the_job() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let Some(c) = Cluster::new("trace").await else {
+        return;
+    };
+    let p = c
+        .pipeline(
+            "t",
+            json!({"template": template(json!({}), json!({"taskgate.test/duration": "30s"}))}),
+            None,
+        )
+        .await;
+    let mut first = request("tg-trace-1", json!({"a": 1}));
+    first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+    let run = p.start(first).await.unwrap();
+    let job = c.jobs().get(&run).await.unwrap();
+    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("taskgate.io/traceparent")
+            .map(String::as_str),
+        Some(TP)
+    );
+    assert_eq!(
+        annotations
+            .get("taskgate.io/tracestate")
+            .map(String::as_str),
+        Some("vendor=abc")
+    );
+    // The pod the Job controller made from the template carries it.
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), &c.ns);
+    let env = until("the Job's pod", || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("job-name={run}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        let pod = list.items.into_iter().next().ok_or("no pod yet")?;
+        Ok(pod.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap_or_default())
+    })
+    .await;
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("TRACEPARENT").as_deref(), Some(TP));
+    assert_eq!(value("TRACESTATE").as_deref(), Some("vendor=abc"));
+    // A retry under another trace, or none, is the same start.
+    let mut again = request("tg-trace-1", json!({"a": 1}));
+    again.trace = Some(
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
+    );
+    assert_eq!(p.start(again).await.unwrap(), run);
+    assert_eq!(
+        p.start(request("tg-trace-1", json!({"a": 1})))
+            .await
+            .unwrap(),
+        run
+    );
+    p.cancel(&run).await.unwrap();
+    c.done().await;
+}
+
+/// An Argo Workflow (preset `argo-workflow`, `trace_parameter`) on the real Argo
+/// controller (`scripts/argo/up.sh`, `TASKGATE_ARGO_ENV`): the object carries
+/// the trace annotations and the parameter, and the controller substitutes
+/// `{{workflow.parameters.traceparent}}` into the pod it makes.
+#[tokio::test]
+async fn an_argo_workflow_gets_the_trace_parameter_and_annotations() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    if taskgate_engine::testing::e2e_endpoint("TASKGATE_ARGO_ENV").is_none() {
+        return;
+    }
+    let Some(c) = Cluster::new("argo-trace").await else {
+        return;
+    };
+    // What a workflow tool needs besides deploy/rbac.yaml.
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "taskgate-workflows"},
+        "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflows"],
+                   "verbs": ["create", "get", "list", "watch", "patch"]}],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "taskgate-workflows"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "taskgate-workflows"},
+        "subjects": [{"kind": "ServiceAccount", "name": "taskgate", "namespace": c.ns}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let workflow = serde_yaml::to_string(&json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "spec": {
+            "entrypoint": "main",
+            "templates": [{
+                "name": "main",
+                "metadata": {"annotations": {"taskgate.test/duration": "30s"}},
+                "container": {"image": "busybox:fake",
+                              "command": ["sh", "-c", "run"],
+                              "env": [{"name": "TRACEPARENT", "value": "{{workflow.parameters.traceparent}}"}]},
+            }],
+        },
+    }))
+    .unwrap();
+    let p = c
+        .pipeline(
+            "wf",
+            json!({"preset": "argo-workflow", "template": workflow, "trace_parameter": "traceparent"}),
+            None,
+        )
+        .await;
+    let mut first = request("tg-argo-trace", json!({}));
+    first.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+    let run = p.start(first).await.unwrap();
+    // A retry under another trace is the same Workflow.
+    let mut again = request("tg-argo-trace", json!({}));
+    again.trace = Some(
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-01",
+            None,
+        )
+        .unwrap(),
+    );
+    assert_eq!(p.start(again).await.unwrap(), run);
+    let api = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Workflow"),
+        "workflows",
+    );
+    let workflows: Api<DynamicObject> = Api::namespaced_with(c.admin.clone(), &c.ns, &api);
+    let object = serde_json::to_value(workflows.get(&run).await.unwrap()).unwrap();
+    assert_eq!(
+        object["metadata"]["annotations"]["taskgate.io/traceparent"],
+        TP
+    );
+    assert_eq!(
+        object["metadata"]["annotations"]["taskgate.io/tracestate"],
+        "vendor=abc"
+    );
+    assert_eq!(
+        object["spec"]["arguments"]["parameters"],
+        json!([{"name": "traceparent", "value": TP}])
+    );
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), &c.ns);
+    let env = until("the workflow's pod", || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("workflows.argoproj.io/workflow={run}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        let pod = list.items.into_iter().next().ok_or("no pod yet")?;
+        let main = pod
+            .spec
+            .unwrap()
+            .containers
+            .into_iter()
+            .find(|c| c.name == "main")
+            .ok_or("no main container")?;
+        Ok(main.env.unwrap_or_default())
+    })
+    .await;
+    assert!(
+        env.iter()
+            .any(|e| e.name == "TRACEPARENT" && e.value.as_deref() == Some(TP)),
+        "{env:?}"
+    );
     p.cancel(&run).await.unwrap();
     c.done().await;
 }

@@ -124,6 +124,7 @@ impl SfnClient {
         state_machine_arn: &str,
         name: &str,
         input: String,
+        trace_header: Option<String>,
     ) -> Result<Started, EngineError> {
         let action = "states:StartExecution";
         match self
@@ -132,6 +133,7 @@ impl SfnClient {
             .state_machine_arn(state_machine_arn)
             .name(name)
             .input(input)
+            .set_trace_header(trace_header)
             .send()
             .await
         {

@@ -27,7 +27,7 @@ use api::{SfnClient, Started};
 use config::StateMachineArn;
 use translate::{
     ends_execution, execution_input, find_token, log_page, parse_log_cursor, parse_request_key,
-    pending_human_task, same_input, snapshot,
+    pending_human_task, same_input, snapshot, xray_trace_header,
 };
 
 /// The most history pages one log read goes through: 25 pages of 1,000 events
@@ -144,6 +144,7 @@ impl Pipeline for StepFunctionsPipeline {
                 &self.target.state_machine_arn,
                 &request.run_name,
                 input.clone(),
+                request.trace.as_ref().map(xray_trace_header),
             )
             .await?;
         match started {

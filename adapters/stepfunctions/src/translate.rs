@@ -12,10 +12,30 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use taskgate_engine::{
     Content, EngineError, InputRequest, LogLine, LogPage, RunState, Snapshot, ToolOutput,
-    MAX_CURSOR_BYTES,
+    TraceContext, MAX_CURSOR_BYTES,
 };
 
 use crate::config::HumanStep;
+
+/// The X-Ray trace header of StartExecution's `traceHeader` for a W3C trace
+/// context, as X-Ray maps the two: the trace id's first 8 hex digits become the
+/// epoch part and the other 24 the unique part (`Root=1-xxxxxxxx-yyyy…`), the
+/// span id is the `Parent`, and the sampled flag is `Sampled`. Step Functions
+/// passes it on to the services its states call, so their segments join the
+/// trace. The execution's input, and so the idempotence of a retried start,
+/// does not depend on it.
+#[must_use]
+pub(crate) fn xray_trace_header(trace: &TraceContext) -> String {
+    let trace_id = trace.trace_id();
+    let parts: Vec<&str> = trace.traceparent().split('-').collect();
+    let (span_id, flags) = (parts[2], parts[3]);
+    let sampled = u8::from_str_radix(flags, 16).unwrap_or(0) & 1;
+    format!(
+        "Root=1-{}-{};Parent={span_id};Sampled={sampled}",
+        &trace_id[..8],
+        &trace_id[8..]
+    )
+}
 
 /// The error sent with SendTaskFailure when the person declines or dismisses the
 /// human step.
@@ -584,6 +604,25 @@ pub(crate) fn log_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_w3c_context_becomes_an_xray_trace_header() {
+        let t = TraceContext::new(
+            "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01",
+            Some("vendor=abc"),
+        )
+        .unwrap();
+        assert_eq!(
+            xray_trace_header(&t),
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+        );
+        let unsampled = TraceContext::new(
+            "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-00",
+            None,
+        )
+        .unwrap();
+        assert!(xray_trace_header(&unsampled).ends_with(";Sampled=0"));
+    }
 
     fn ev(id: i64, kind: &str) -> LogEvent {
         LogEvent {

@@ -13,7 +13,9 @@ use aws_sdk_sfn::config::{
 };
 use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
 use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::http::{Response, StatusCode};
 use aws_smithy_types::body::SdkBody;
@@ -22,7 +24,7 @@ use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
 use taskgate_engine::{
     Engine, EngineError, InputAction, InputResponse, NativeRef, Pipeline, RunState, Snapshot,
-    StartRequest, ToolDecl,
+    StartRequest, ToolDecl, TraceContext,
 };
 use taskgate_stepfunctions::{build, build_with, ClientOptions, DECLINED_ERROR};
 
@@ -445,6 +447,89 @@ async fn a_declined_human_step_fails_the_execution() {
     assert_eq!(out.structured.as_ref().unwrap()["error"], DECLINED_ERROR);
     let err = pipeline.answer(&run, &key, &decline).await.unwrap_err();
     assert!(matches!(err, EngineError::Conflict { .. }), "{err:?}");
+}
+
+/// Keeps the body of every StartExecution request the SDK sends.
+#[derive(Debug, Default)]
+struct StartBodies(std::sync::Mutex<Vec<Value>>);
+
+#[derive(Debug)]
+struct StartBodiesRef(Arc<StartBodies>);
+
+impl Intercept for StartBodiesRef {
+    fn name(&self) -> &'static str {
+        "StartBodies"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<Metadata>().map(Metadata::name) == Some("StartExecution") {
+            let bytes = context.request().body().bytes().unwrap_or_default();
+            let body: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+            self.0 .0.lock().unwrap().push(body);
+        }
+        Ok(())
+    }
+}
+
+/// The trace context travels as StartExecution's X-Ray `traceHeader`. moto
+/// accepts the field but does not record it (DescribeExecution has no trace
+/// header either), so the test reads the request the SDK sent; a retried start
+/// under another trace is still the same execution.
+#[tokio::test]
+async fn the_trace_context_is_sent_as_the_xray_trace_header() {
+    let Some(url) = moto() else { return };
+    let arn = standard(&url, "trace", pass_wait_succeed(1)).await;
+    let bodies = Arc::new(StartBodies::default());
+    let options = ClientOptions {
+        interceptors: vec![SharedInterceptor::new(StartBodiesRef(bodies.clone()))],
+        ..ClientOptions::default()
+    };
+    let engine = build_with(settings(&url), options).await.unwrap();
+    let pipeline = bind(&engine, json!({"state_machine_arn": arn}));
+    let mut first = request("tg-trace-1", json!({"a": 1}));
+    first.trace = Some(
+        TraceContext::new(
+            "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01",
+            Some("vendor=abc"),
+        )
+        .unwrap(),
+    );
+    let run = pipeline.start(first).await.unwrap();
+    let mut again = request("tg-trace-1", json!({"a": 1}));
+    again.trace = Some(
+        TraceContext::new(
+            "00-11111111111111111111111111111111-2222222222222222-00",
+            None,
+        )
+        .unwrap(),
+    );
+    assert_eq!(pipeline.start(again).await.unwrap(), run);
+    assert_eq!(
+        pipeline
+            .start(request("tg-trace-1", json!({"a": 1})))
+            .await
+            .unwrap(),
+        run
+    );
+    let sent = bodies.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(
+        sent[0]["traceHeader"],
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    );
+    assert_eq!(
+        sent[1]["traceHeader"],
+        "Root=1-11111111-111111111111111111111111;Parent=2222222222222222;Sampled=0"
+    );
+    assert!(sent[2].get("traceHeader").is_none(), "{:?}", sent[2]);
+    assert!(!sent[0].to_string().contains("vendor=abc"));
+    let done = wait_until(&pipeline, &run, "completion", completed).await;
+    assert!(!output(&done).is_error);
 }
 
 /// Replaces the response of the next `remaining` calls with a Step Functions

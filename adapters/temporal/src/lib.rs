@@ -595,6 +595,8 @@ impl Pipeline for TemporalPipeline {
             workflow_id_conflict_policy: WorkflowIdConflictPolicy::Fail as i32,
             memo: Some(memo),
             search_attributes,
+            // Outside the request id: a retry under another trace is the same start.
+            header: request.trace.as_ref().map(translate::trace_header),
             ..Default::default()
         };
         match self.api.start_workflow_execution(body, None).await {
@@ -977,6 +979,7 @@ impl Pipeline for TemporalPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use taskgate_engine::TraceContext;
 
     #[test]
     fn marks_round_trip() {
@@ -995,6 +998,78 @@ mod tests {
             assert_eq!(Mark::decode(&m.encode()), Some(m.clone()));
         }
         assert_eq!(Mark::decode("nonsense"), None);
+    }
+
+    /// Against the Temporal server of `scripts/temporal/up.sh` (skipped without
+    /// `TASKGATE_TEMPORAL_ADDRESS`, failed under `TASKGATE_REQUIRE_E2E=1`): the
+    /// started workflow's history holds the trace context in its start header,
+    /// as the SDKs' OpenTelemetry interceptors read it; a retry under another
+    /// trace is the same run. No worker is needed: the start event is enough.
+    #[tokio::test]
+    async fn the_start_header_carries_the_trace_context() {
+        use temporalio_common::protos::temporal::api::history::v1::history_event::Attributes;
+        let Some(address) = taskgate_engine::testing::e2e_endpoint("TASKGATE_TEMPORAL_ADDRESS")
+        else {
+            return;
+        };
+        let engine =
+            TemporalEngine::new(json!({"address": address, "namespace": "taskgate-test"})).unwrap();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let queue = format!("tq-trace-{}-{}", std::process::id(), nanos % 1_000_000_000);
+        let pipeline = engine
+            .bind_pipeline(&ToolDecl {
+                name: "wf".into(),
+                target: json!({"workflow_type": "Traced", "task_queue": queue}),
+                input_schema: json!({"type": "object"}),
+                keep_alive: None,
+            })
+            .unwrap();
+        let run_name = format!("tg-trace-{}", nanos % 1_000_000_000);
+        let request = |traceparent: Option<&str>| StartRequest {
+            run_name: run_name.clone(),
+            arguments: json!({"a": 1}),
+            caller_tag: "0123456789abcdef".into(),
+            keep_alive: None,
+            trace: traceparent.map(|t| TraceContext::new(t, Some("vendor=abc")).unwrap()),
+        };
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let run = pipeline.start(request(Some(TP))).await.unwrap();
+        let again = pipeline
+            .start(request(Some(
+                "00-11111111111111111111111111111111-2222222222222222-01",
+            )))
+            .await
+            .unwrap();
+        assert_eq!(again, run);
+        let (workflow_id, run_id) = TemporalPipeline::own(&run).unwrap();
+        let history = pipeline
+            .api
+            .get_workflow_execution_history(
+                ws::GetWorkflowExecutionHistoryRequest {
+                    namespace: "taskgate-test".into(),
+                    execution: TemporalPipeline::execution(workflow_id, run_id),
+                    maximum_page_size: 1,
+                    ..Default::default()
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let first = &history.history.unwrap().events[0];
+        let Some(Attributes::WorkflowExecutionStartedEventAttributes(started)) = &first.attributes
+        else {
+            panic!("{first:?}")
+        };
+        let header = started.header.clone().expect("a start header");
+        let data = &header.fields[translate::TRACE_HEADER_KEY];
+        assert_eq!(
+            translate::payload_value(data).unwrap(),
+            json!({"traceparent": TP, "tracestate": "vendor=abc"})
+        );
+        pipeline.cancel(&run).await.unwrap();
     }
 
     #[test]

@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use taskgate_engine::{InputRequest, LogLine, Progress, RunState, Snapshot, ToolOutput};
-use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads};
+use taskgate_engine::{
+    InputRequest, LogLine, Progress, RunState, Snapshot, ToolOutput, TraceContext,
+};
+use temporalio_common::protos::temporal::api::common::v1::{Header, Payload, Payloads};
 use temporalio_common::protos::temporal::api::enums::v1::{EventType, WorkflowExecutionStatus};
 use temporalio_common::protos::temporal::api::failure::v1::{failure::FailureInfo, Failure};
 use temporalio_common::protos::temporal::api::history::v1::{
@@ -34,6 +36,24 @@ pub(crate) fn json_payload(value: &Value) -> Payload {
         data: serde_json::to_vec(value).unwrap_or_default(),
         ..Payload::default()
     }
+}
+
+/// The header key under which the Temporal SDKs' OpenTelemetry interceptors
+/// (Go, Java, Python, TypeScript) carry the trace context.
+pub(crate) const TRACE_HEADER_KEY: &str = "_tracer-data";
+
+/// The workflow start's header for a trace context: under `_tracer-data`, a
+/// `json/plain` payload of the propagator carrier `{"traceparent": ...,
+/// "tracestate": ...}`, as the SDKs' OpenTelemetry interceptors write it and
+/// read it back, so a worker running one continues the trace.
+pub(crate) fn trace_header(trace: &TraceContext) -> Header {
+    let mut carrier = json!({ "traceparent": trace.traceparent() });
+    if let Some(state) = trace.tracestate() {
+        carrier["tracestate"] = json!(state);
+    }
+    let mut fields = HashMap::new();
+    fields.insert(TRACE_HEADER_KEY.to_owned(), json_payload(&carrier));
+    Header { fields }
 }
 
 /// The JSON value of a payload: `json/plain` parsed, `binary/null` as `null`;

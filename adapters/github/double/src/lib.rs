@@ -53,12 +53,17 @@ on:
         type: number
       taskgate_run:
         type: string
+      traceparent:
+        description: The W3C trace context taskgate started the run under
+        type: string
 jobs:
   deploy:
     runs-on: ubuntu-latest
     environment: staging
     steps:
       - run: ./deploy.sh
+        env:
+          TRACEPARENT: ${{ inputs.traceparent }}
 "#;
 
 /// The input schema taskgate suggests for [`WORKFLOW_YAML`] (what
@@ -73,6 +78,7 @@ pub fn suggested_input_schema() -> Value {
             "environment": {"type": "string", "enum": ["staging", "production"], "default": "staging"},
             "dry_run": {"type": "boolean"},
             "replicas": {"type": "number"},
+            "traceparent": {"type": "string", "description": "The W3C trace context taskgate started the run under"},
         },
         "required": ["version"],
         "additionalProperties": false,
@@ -941,6 +947,7 @@ fn dispatch(s: &mut State, wf: &str, body: Option<&Value>) -> (StatusCode, Value
         "dry_run",
         "replicas",
         "taskgate_run",
+        "traceparent",
     ];
     let unexpected: Vec<&String> = inputs
         .as_object()

@@ -107,6 +107,15 @@ pub struct ResourceTarget {
     /// The label that the run's pods carry with the object's name as value
     /// (Argo `workflows.argoproj.io/workflow`): logs read those pods.
     pub pod_label: Option<String>,
+    /// Argo presets only: the workflow parameter that receives the W3C
+    /// `traceparent` the run was started under (`spec.arguments.parameters[NAME]`,
+    /// empty when the call has no trace context), so the workflow's steps can
+    /// read `{{workflow.parameters.NAME}}`. Unset (the default): no parameter;
+    /// the trace context is then only in the annotations `taskgate.io/traceparent`
+    /// and `taskgate.io/tracestate`, which every resource object gets. Must not
+    /// be a parameter an argument fills. With `argo-workflow-template`, declare it
+    /// in the WorkflowTemplate's `spec.arguments.parameters`.
+    pub trace_parameter: Option<String>,
 }
 
 /// A validated resource target.
@@ -125,6 +134,8 @@ pub(crate) struct BoundResource {
     pub(crate) pod_label: Option<String>,
     /// Argo presets: a running `Suspend` node is a question for a person.
     pub(crate) suspend_nodes: bool,
+    /// See [`ResourceTarget::trace_parameter`].
+    pub(crate) trace_parameter: Option<String>,
 }
 
 /// A parsed argument path.
@@ -266,6 +277,32 @@ impl ResourceTarget {
         if let Some(ttl) = &t.ttl_path {
             parse_place(ttl).map_err(|m| ConfigError::new("ttl_path", m))?;
         }
+        if let Some(name) = &t.trace_parameter {
+            if preset.is_none() {
+                return Err(ConfigError::new(
+                    "trace_parameter",
+                    "only with an Argo preset (argo-workflow, argo-workflow-template)",
+                ));
+            }
+            if !key_ok(name) {
+                return Err(ConfigError::new(
+                    "trace_parameter",
+                    "a parameter name (letters, digits, `_`, `-`; at most 63)",
+                ));
+            }
+            let taken = places.values().any(|list| {
+                list.iter().any(|p| {
+                    p.keys == ["spec", "arguments", "parameters"]
+                        && p.named.as_deref() == Some(name.as_str())
+                })
+            }) || places.contains_key(name);
+            if taken {
+                return Err(ConfigError::new(
+                    "trace_parameter",
+                    format!("{name:?} is filled by an argument; choose another parameter name"),
+                ));
+            }
+        }
         let cancel_patch = t.cancel_patch.clone().unwrap_or_else(|| json!({}));
         if !cancel_patch.is_object() {
             return Err(ConfigError::new(
@@ -286,6 +323,7 @@ impl ResourceTarget {
             ttl_path: t.ttl_path,
             pod_label: t.pod_label,
             suspend_nodes: preset.is_some(),
+            trace_parameter: t.trace_parameter,
         })
     }
 

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use taskgate_engine::{
-    spec_hash, EngineError, Progress, RunState, Snapshot, StartRequest, ToolOutput,
+    spec_hash, EngineError, Progress, RunState, Snapshot, StartRequest, ToolOutput, TraceContext,
 };
 
 use super::config::{at_path, parse_place, BoundResource};
 use crate::translate::{
-    canonical, label_value, ANN_CANCELLED, ANN_SPEC_HASH, LABEL_CALLER, LABEL_RUN, LABEL_TOOL,
+    canonical, label_value, ANN_CANCELLED, ANN_SPEC_HASH, ANN_TRACEPARENT, ANN_TRACESTATE,
+    LABEL_CALLER, LABEL_RUN, LABEL_TOOL,
 };
 
 /// The most bytes of one argument value placed into an object.
@@ -124,7 +125,43 @@ pub(crate) fn render_object(
         &["annotations".into(), ANN_SPEC_HASH.into()],
         json!(hash),
     );
+    add_trace(bound, &mut object, request.trace.as_ref());
     Ok(object)
+}
+
+/// Carries the trace context into a rendered object, after its spec hash is
+/// taken (a retried start under another trace finds the same object): the
+/// annotations `taskgate.io/traceparent` and `taskgate.io/tracestate`, and the
+/// `trace_parameter` (the `traceparent`, or empty without one). Never a label.
+fn add_trace(bound: &BoundResource, object: &mut Value, trace: Option<&TraceContext>) {
+    if let Some(trace) = trace {
+        let meta = &mut object["metadata"];
+        set_path(
+            meta,
+            &["annotations".into(), ANN_TRACEPARENT.into()],
+            json!(trace.traceparent()),
+        );
+        if let Some(state) = trace.tracestate() {
+            set_path(
+                meta,
+                &["annotations".into(), ANN_TRACESTATE.into()],
+                json!(state),
+            );
+        }
+    }
+    if let Some(name) = &bound.trace_parameter {
+        let keys: Vec<String> = vec!["spec".into(), "arguments".into(), "parameters".into()];
+        let value = trace.map_or("", TraceContext::traceparent);
+        let mut list = keys
+            .iter()
+            .try_fold(&*object, |v, k| v.get(k))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        list.retain(|e| e.get("name").and_then(Value::as_str) != Some(name.as_str()));
+        list.push(json!({"name": name, "value": value}));
+        set_path(object, &keys, Value::Array(list));
+    }
 }
 
 /// An annotation of an object.
@@ -543,6 +580,58 @@ mod tests {
                 ),
                 "{bad}"
             );
+        }
+    }
+
+    /// The trace context goes into annotations and, when the tool names one,
+    /// the Argo parameter; never into a label or the spec hash. A parameter an
+    /// argument fills, or one without an Argo preset, is refused at bind.
+    #[test]
+    fn the_trace_context_enters_annotations_and_the_declared_parameter() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let b = bound(
+            json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "traceparent"}),
+        )
+        .unwrap();
+        let plain =
+            render_object(&b, "build", "jobs", &request(json!({"dataset": "s"})), None).unwrap();
+        let mut traced = request(json!({"dataset": "s"}));
+        traced.trace = Some(TraceContext::new(TP, Some("vendor=abc")).unwrap());
+        let o = render_object(&b, "build", "jobs", &traced, None).unwrap();
+        assert_eq!(o["metadata"]["annotations"][ANN_TRACEPARENT], TP);
+        assert_eq!(o["metadata"]["annotations"][ANN_TRACESTATE], "vendor=abc");
+        assert_eq!(
+            o["spec"]["arguments"]["parameters"],
+            json!([{"name": "dataset", "value": "s"}, {"name": "traceparent", "value": TP}])
+        );
+        assert_eq!(
+            plain["spec"]["arguments"]["parameters"][1],
+            json!({"name": "traceparent", "value": ""})
+        );
+        assert!(plain["metadata"]["annotations"]
+            .get(ANN_TRACEPARENT)
+            .is_none());
+        assert_eq!(
+            o["metadata"]["annotations"][ANN_SPEC_HASH],
+            plain["metadata"]["annotations"][ANN_SPEC_HASH]
+        );
+        assert!(!o["metadata"]["labels"].to_string().contains("4bf92f35"));
+        // Without a parameter: annotations only, spec untouched.
+        let b = bound(json!({"preset": "argo-workflow", "template": WF})).unwrap();
+        let o = render_object(&b, "build", "jobs", &traced, None).unwrap();
+        assert_eq!(o["metadata"]["annotations"][ANN_TRACEPARENT], TP);
+        assert!(!o["spec"].to_string().contains(TP));
+        for bad in [
+            json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "dataset"}),
+            json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "a b"}),
+            json!({"preset": "argo-workflow", "template": WF, "trace_parameter": "t",
+                   "arguments": [{"argument": "dataset", "path": "spec.arguments.parameters[t]"}]}),
+            json!({"api_version": "ray.io/v1", "kind": "RayJob", "template": "spec: {}",
+                   "phase": {"path": "status.jobStatus", "completed": ["SUCCEEDED"]},
+                   "trace_parameter": "t"}),
+        ] {
+            let err = bound(bad.clone()).unwrap_err();
+            assert!(err.to_string().contains("trace_parameter"), "{bad}: {err}");
         }
     }
 

@@ -356,3 +356,20 @@ fn history_events_become_log_lines_without_payloads() {
     ));
     assert_eq!(event_line(&task), None);
 }
+
+#[test]
+fn the_trace_context_is_the_interceptors_tracer_data_header() {
+    let trace = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("vendor=abc"),
+    )
+    .unwrap();
+    let header = trace_header(&trace);
+    assert_eq!(header.fields.len(), 1);
+    let payload = &header.fields[TRACE_HEADER_KEY];
+    assert_eq!(payload.metadata["encoding"], b"json/plain");
+    assert_eq!(
+        payload_value(payload).unwrap(),
+        json!({"traceparent": trace.traceparent(), "tracestate": "vendor=abc"})
+    );
+}
