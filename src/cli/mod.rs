@@ -1,8 +1,9 @@
-//! `taskgate call` and `taskgate tasks`: a client for people.
+//! `taskgate call` and `taskgate tasks`: a client for people; and `taskgate
+//! discover` ([`discover`]), which reads the configuration to ask its engines.
 //!
-//! The top layer of the binary, beside the server and importing none of it
-//! (only the header names of `taskgate::rpc::header`, shared vocabulary):
-//! it speaks MCP 2026-07-28 with the tasks extension to a server at `--url`, or
+//! The top layer of the binary, beside the server. `call` and `tasks` import
+//! none of it (only the header names of `taskgate::rpc::header`, shared
+//! vocabulary): they speak MCP 2026-07-28 with the tasks extension to a server at `--url`, or
 //! to `taskgate serve --stdio` started on `--config`. `tools/call` creates a
 //! task; the client polls `tasks/get` at the server's `pollIntervalMs`, showing
 //! the status; asks input requests in the terminal and answers them with
@@ -47,6 +48,7 @@ macro_rules! tell_raw {
 }
 
 pub mod args;
+pub mod discover;
 pub mod prompt;
 pub mod render;
 pub mod sanitize;
