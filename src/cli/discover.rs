@@ -185,6 +185,10 @@ pub async fn run(gw: &Gateway, args: &DiscoverArgs) -> ExitCode {
                 say!("{header}{text}");
                 Ok(())
             }
+            Some(file) if written.is_empty() => {
+                tell!("taskgate: no new tool; {} left as it is", file.display());
+                Ok(())
+            }
             Some(file) => append(file, &format!("{header}{text}"), &written).map(|()| {
                 tell!(
                     "taskgate: appended {} tool(s) to {}",
