@@ -376,40 +376,79 @@ fn without_nulls(value: &Value, at: &str) -> Result<Value, String> {
     })
 }
 
-/// A `[[tools]]` entry as the configuration reads it.
-#[derive(Serialize)]
-struct TomlTool<'a> {
-    name: &'a str,
-    engine: &'a str,
-    description: String,
-    mode: &'static str,
-    input_schema: Value,
-    target: Value,
+/// `value` as one inline TOML value, written by the TOML serializer.
+fn inline(value: &Value) -> Result<String, String> {
+    let mut out = String::new();
+    value
+        .serialize(toml::ser::ValueSerializer::new(&mut out))
+        .map_err(|err| format!("cannot be written as TOML: {err}"))?;
+    Ok(out)
 }
 
-#[derive(Serialize)]
-struct TomlTools<'a> {
-    tools: [TomlTool<'a>; 1],
+/// A TOML key: bare when it can be, else a quoted key with every `"`, `\`
+/// and control character escaped.
+fn key(k: &str) -> String {
+    if !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+    {
+        return k.to_owned();
+    }
+    let mut out = String::from('"');
+    for c in k.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// One tool's TOML text: `# from:` and `# note:` comment lines, then the
-/// `[[tools]]` table, written by the TOML serializer.
+/// `[[tools]]` table (its `target` inline), its `input_schema` as a table and
+/// each argument's schema on one line. Every value and key goes through
+/// [`inline`] or [`key`].
 fn toml_entry(e: &Entry) -> Result<String, String> {
-    let tool = TomlTool {
-        name: &e.name,
-        engine: &e.engine,
-        description: clean_description(&e.found.description),
-        mode: "hybrid",
-        input_schema: without_nulls(&e.found.input_schema, "input_schema")?,
-        target: without_nulls(&e.found.target, "target")?,
+    let Value::Object(schema) = without_nulls(&e.found.input_schema, "input_schema")? else {
+        return Err("its input schema is not an object".to_owned());
     };
-    let table = toml::to_string(&TomlTools { tools: [tool] })
-        .map_err(|err| format!("cannot be written as TOML: {err}"))?;
+    let target = without_nulls(&e.found.target, "target")?;
     let mut text = format!("\n# from: {}\n", comment(&e.found.origin));
     for note in &e.found.notes {
         text.push_str(&format!("# note: {}\n", comment(note)));
     }
-    text.push_str(&table);
+    text.push_str("[[tools]]\n");
+    for (k, v) in [
+        ("name", json!(e.name)),
+        ("engine", json!(e.engine)),
+        (
+            "description",
+            json!(clean_description(&e.found.description)),
+        ),
+        ("mode", json!("hybrid")),
+        ("target", target),
+    ] {
+        text.push_str(&format!("{k} = {}\n", inline(&v)?));
+    }
+    text.push_str("\n[tools.input_schema]\n");
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .filter(|p| !p.is_empty());
+    for (k, v) in &schema {
+        if !(k == "properties" && properties.is_some()) {
+            text.push_str(&format!("{} = {}\n", key(k), inline(v)?));
+        }
+    }
+    if let Some(properties) = properties {
+        text.push_str("\n[tools.input_schema.properties]\n");
+        for (k, v) in properties {
+            text.push_str(&format!("{} = {}\n", key(k), inline(v)?));
+        }
+    }
     Ok(text)
 }
 
@@ -507,7 +546,10 @@ mod tests {
             ("Deploy", "deploy"),
             ("Deploy to production!", "deploy_to_production"),
             ("tg_discover.params-1", "tg_discover.params-1"),
-            ("\"]\n[server]\nlisten=\"0.0.0.0:1\"", "server_listen_0.0.0.0_1"),
+            (
+                "\"]\n[server]\nlisten=\"0.0.0.0:1\"",
+                "server_listen_0.0.0.0_1",
+            ),
             ("", "tool"),
             ("***", "tool"),
             ("taskgate_logs", "run_taskgate_logs"),
@@ -596,16 +638,35 @@ mod tests {
         for line in text.lines().filter(|l| l.starts_with('#')) {
             assert!(!line.contains('\u{1b}'), "{line:?}");
         }
-        assert!(text.contains("# from: \"] [server] listen = \"0.0.0.0:1\" # [31mred\n"), "{text}");
+        assert!(
+            text.contains("# from: \"] [server] listen = \"0.0.0.0:1\" # [31mred\n"),
+            "{text}"
+        );
         assert!(text.contains("# note: one note\n"), "{text}");
+        // A hostile argument name is a quoted key, read back as it was.
+        let mut e = entry("t", "d", "o");
+        let name = "a\"]\n[server]\n\\x\u{1b}";
+        e.found.input_schema["properties"][name] = json!({"type": "string"});
+        let text = toml_entry(&e).unwrap();
+        let doc: toml::Table = text.parse().unwrap_or_else(|err| panic!("{err}: {text}"));
+        let props = doc["tools"][0]["input_schema"]["properties"]
+            .as_table()
+            .unwrap();
+        assert_eq!(props.len(), 2, "{text}");
+        assert_eq!(props[name]["type"].as_str(), Some("string"), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("[server]")), "{text}");
     }
 
     #[test]
     fn a_null_in_an_array_is_refused() {
         let mut e = entry("t", "d", "o");
-        e.found.input_schema = json!({"type": "object", "properties": {"x": {"enum": [null, "a"]}}});
+        e.found.input_schema =
+            json!({"type": "object", "properties": {"x": {"enum": [null, "a"]}}});
         let err = toml_entry(&e).unwrap_err();
-        assert!(err.contains("input_schema.properties.x.enum[0] is null"), "{err}");
+        assert!(
+            err.contains("input_schema.properties.x.enum[0] is null"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -137,7 +137,9 @@ mod github {
         assert_eq!(description, "x\"\"\"\n[[tools]]\nname = \"pwned\"\n");
         assert!(!stdout.contains('\u{1b}'), "{stdout}");
         assert!(
-            !stdout.lines().any(|l| l.trim_start().starts_with("[server]")),
+            !stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with("[server]")),
             "{stdout}"
         );
 
@@ -145,17 +147,19 @@ mod github {
         append_to_config(&s, &stdout);
         let check = taskgate(&s, &["check-config", "--config", &config]);
         let report = text(&check.stdout);
-        assert_eq!(check.status.code(), Some(0), "{report}{}", text(&check.stderr));
+        assert_eq!(
+            check.status.code(),
+            Some(0),
+            "{report}{}",
+            text(&check.stderr)
+        );
         assert!(report.contains("(2 tools)"), "{report}");
         assert!(report.contains("tool deploy: ok"), "{report}");
         assert!(
             report.contains("the tool's input_schema matches the workflow's inputs"),
             "{report}"
         );
-        let whole: toml::Table = std::fs::read_to_string(&s.config)
-            .unwrap()
-            .parse()
-            .unwrap();
+        let whole: toml::Table = std::fs::read_to_string(&s.config).unwrap().parse().unwrap();
         assert_eq!(whole["server"]["listen"].as_str(), Some("127.0.0.1:0"));
 
         // The discovered tool runs end to end.
@@ -179,14 +183,19 @@ mod github {
         // --all includes the disabled workflow, with a note.
         let out = taskgate(
             &s,
-            &["discover", "--config", &config, "--engine", "gh", "--all", "--json"],
+            &[
+                "discover", "--config", &config, "--engine", "gh", "--all", "--json",
+            ],
         );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let found: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(found["errors"], json!([]), "{found}");
         let tools = found["tools"].as_array().unwrap();
         let listed: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(listed, ["deploy", "server_listen_0.0.0.0_1_31mred", "nightly"]);
+        assert_eq!(
+            listed,
+            ["deploy", "server_listen_0.0.0.0_1_31mred", "nightly"]
+        );
         let nightly = &tools[2];
         assert_eq!(nightly["engine"], "gh");
         assert_eq!(
@@ -207,8 +216,16 @@ mod github {
         let out = taskgate(
             &s,
             &[
-                "discover", "--config", &config, "--engine", "gh", "--all", "--match", "*e*",
-                "--exclude", "server*",
+                "discover",
+                "--config",
+                &config,
+                "--engine",
+                "gh",
+                "--all",
+                "--match",
+                "*e*",
+                "--exclude",
+                "server*",
             ],
         );
         assert_eq!(names(&toml_tools(&text(&out.stdout))), ["deploy"]);
@@ -228,7 +245,9 @@ mod github {
         let before = std::fs::read(&s.config).unwrap();
         let out = taskgate(
             &s,
-            &["discover", "--config", &config, "--engine", "gh", "--write", &config],
+            &[
+                "discover", "--config", &config, "--engine", "gh", "--write", &config,
+            ],
         );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert!(out.stdout.is_empty());
@@ -238,7 +257,11 @@ mod github {
             text(&out.stderr)
         );
         let after = std::fs::read(&s.config).unwrap();
-        assert_eq!(&after[..before.len()], &before[..], "the file's text is kept");
+        assert_eq!(
+            &after[..before.len()],
+            &before[..],
+            "the file's text is kept"
+        );
         let check = taskgate(&s, &["check-config", "--config", &config]);
         assert_eq!(
             check.status.code(),
@@ -251,7 +274,9 @@ mod github {
         // Again: what the config has already is left out, and the file alone.
         let out = taskgate(
             &s,
-            &["discover", "--config", &config, "--engine", "gh", "--write", &config],
+            &[
+                "discover", "--config", &config, "--engine", "gh", "--write", &config,
+            ],
         );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert!(
@@ -270,7 +295,15 @@ mod github {
         let other_path = other.display().to_string();
         let out = taskgate(
             &fresh,
-            &["discover", "--config", &fresh_config, "--engine", "gh", "--write", &other_path],
+            &[
+                "discover",
+                "--config",
+                &fresh_config,
+                "--engine",
+                "gh",
+                "--write",
+                &other_path,
+            ],
         );
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
         assert!(
@@ -318,7 +351,12 @@ mod airflow {
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         let tools = toml_tools(&stdout);
         let listed = names(&tools);
-        for dag in ["tg_discover_params", "tg_discover_hostile", "tg_approval", "tg_success"] {
+        for dag in [
+            "tg_discover_params",
+            "tg_discover_hostile",
+            "tg_approval",
+            "tg_success",
+        ] {
             assert!(listed.iter().any(|n| n == dag), "{dag}: {listed:?}");
         }
         assert!(!listed.iter().any(|n| n == "tg_paused"), "{listed:?}");
@@ -350,7 +388,8 @@ mod airflow {
             "{stdout}"
         );
         assert!(
-            stdout.contains("# note: params without a schema type, typed from their value: limit\n"),
+            stdout
+                .contains("# note: params without a schema type, typed from their value: limit\n"),
             "{stdout}"
         );
         // A human step is marked.
@@ -367,17 +406,31 @@ mod airflow {
             hostile["description"].as_str(),
             Some("x\"\"\"\n[[tools]]\nname = \"pwned\"\nengine = \"x\"")
         );
-        assert!(!stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "{stdout}");
+        assert!(
+            !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+            "{stdout}"
+        );
 
         // --all adds the paused DAG, noted.
         let all = taskgate(
             &s,
-            &["discover", "--config", &config, "--all", "--match", "tg_paused", "--json"],
+            &[
+                "discover",
+                "--config",
+                &config,
+                "--all",
+                "--match",
+                "tg_paused",
+                "--json",
+            ],
         );
         let all: Value = serde_json::from_slice(&all.stdout).unwrap();
         assert_eq!(all["tools"][0]["name"], "tg_paused", "{all}");
         assert!(
-            all["tools"][0]["notes"][0].as_str().unwrap().contains("paused"),
+            all["tools"][0]["notes"][0]
+                .as_str()
+                .unwrap()
+                .contains("paused"),
             "{all}"
         );
 
@@ -385,11 +438,13 @@ mod airflow {
         append_to_config(&s, &stdout);
         let check = taskgate(&s, &["check-config", "--config", &config]);
         let report = text(&check.stdout);
-        assert_eq!(check.status.code(), Some(0), "{report}{}", text(&check.stderr));
-        assert!(
-            report.contains("tool tg_discover_params: ok"),
-            "{report}"
+        assert_eq!(
+            check.status.code(),
+            Some(0),
+            "{report}{}",
+            text(&check.stderr)
         );
+        assert!(report.contains("tool tg_discover_params: ok"), "{report}");
 
         // The discovered tool runs end to end.
         let server = s.server().await;

@@ -75,7 +75,9 @@ pub(crate) async fn discover(
         if !options.all {
             path.push_str("&paused=false");
         }
-        let page: DagList = client.call(Method::GET, &path, None, action::DAG_READ).await?;
+        let page: DagList = client
+            .call(Method::GET, &path, None, action::DAG_READ)
+            .await?;
         let got = page.dags.len();
         dags.extend(page.dags);
         if got < PAGE || dags.len() as u64 >= page.total_entries {
@@ -102,7 +104,12 @@ pub(crate) async fn discover(
             )
             .await?;
         let tasks: Tasks = client
-            .call(Method::GET, &format!("{base}/tasks"), None, action::DAG_READ)
+            .call(
+                Method::GET,
+                &format!("{base}/tasks"),
+                None,
+                action::DAG_READ,
+            )
             .await?;
         let params = details
             .get("params")
@@ -152,10 +159,7 @@ fn tool_for(dag: &Dag, params: &Map<String, Value>, tasks: &[Task]) -> Discovere
             untyped.join(", ")
         ));
     }
-    let display = dag
-        .dag_display_name
-        .as_deref()
-        .filter(|d| *d != dag.dag_id);
+    let display = dag.dag_display_name.as_deref().filter(|d| *d != dag.dag_id);
     let description = dag
         .description
         .as_deref()

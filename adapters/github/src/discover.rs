@@ -421,25 +421,48 @@ mod tests {
             environments: Some(&envs.environments),
         };
         let yaml = "name: Deploy\nrun-name: \"deploy ${{ inputs.taskgate_run }}\"\non:\n  workflow_dispatch:\n    inputs:\n      target:\n        type: environment\n        required: true\n      version:\n        type: string\n        description: What to ship\n        required: true\n      taskgate_run:\n        type: string\njobs:\n  a:\n    environment: ${{ inputs.target }}\n    runs-on: x\n";
-        let tool = tool_for(&place, &wf("Deploy", ".github/workflows/deploy.yml", "active"), yaml)
-            .unwrap();
+        let tool = tool_for(
+            &place,
+            &wf("Deploy", ".github/workflows/deploy.yml", "active"),
+            yaml,
+        )
+        .unwrap();
         assert_eq!(tool.name, "Deploy");
         assert_eq!(
             tool.target,
             json!({"owner": "octo-org", "repo": "octo-repo", "workflow": "deploy.yml", "ref": "main", "correlate": "always"})
         );
-        assert_eq!(tool.input_schema["properties"]["target"]["enum"], json!(["staging"]));
+        assert_eq!(
+            tool.input_schema["properties"]["target"]["enum"],
+            json!(["staging"])
+        );
         assert_eq!(tool.input_schema["required"], json!(["target", "version"]));
-        assert!(tool.input_schema["properties"].get("taskgate_run").is_none());
+        assert!(tool.input_schema["properties"]
+            .get("taskgate_run")
+            .is_none());
         let notes = tool.notes.join("\n");
         assert!(notes.contains("\"staging\" requires a reviewer"), "{notes}");
         // Not dispatchable: no tool.
-        assert!(tool_for(&place, &wf("CI", ".github/workflows/ci.yml", "active"), "on: push\njobs: {}\n").is_none());
+        assert!(tool_for(
+            &place,
+            &wf("CI", ".github/workflows/ci.yml", "active"),
+            "on: push\njobs: {}\n"
+        )
+        .is_none());
         // A file name the target cannot take: the workflow id instead.
-        let odd = tool_for(&place, &wf("", ".github/workflows/my deploy.yml", "disabled_manually"), "on: workflow_dispatch\n").unwrap();
+        let odd = tool_for(
+            &place,
+            &wf("", ".github/workflows/my deploy.yml", "disabled_manually"),
+            "on: workflow_dispatch\n",
+        )
+        .unwrap();
         assert_eq!(odd.target["workflow"], json!(161_335));
         assert!(odd.target.get("correlate").is_none());
-        assert!(odd.notes[0].contains("disabled_manually"), "{:?}", odd.notes);
+        assert!(
+            odd.notes[0].contains("disabled_manually"),
+            "{:?}",
+            odd.notes
+        );
         assert_eq!(odd.name, "my deploy");
     }
 }

@@ -24,7 +24,8 @@ use http::Method;
 use serde_json::Value;
 use taskgate_engine::{
     async_trait, from_value, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine,
-    EngineError, InputResponse, LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
+    EngineError, InputResponse, LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
+    ToolDecl, MAX_PAGE_BYTES,
 };
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};

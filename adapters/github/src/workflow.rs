@@ -348,10 +348,7 @@ jobs:
     #[test]
     fn job_environments_are_read() {
         let yaml = "on: workflow_dispatch\njobs:\n  a:\n    environment: staging\n  b:\n    environment:\n      name: ${{ inputs.target }}\n      url: https://x\n  c:\n    runs-on: x\n  d:\n    environment: staging\n";
-        assert_eq!(
-            job_environments(yaml),
-            ["${{ inputs.target }}", "staging"]
-        );
+        assert_eq!(job_environments(yaml), ["${{ inputs.target }}", "staging"]);
         assert!(job_environments("on: [").is_empty());
         assert!(job_environments("on: push").is_empty());
     }
