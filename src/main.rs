@@ -66,6 +66,10 @@ enum Command {
         #[arg(long, short, env = "TASKGATE_CONFIG", default_value = "taskgate.toml")]
         config: PathBuf,
     },
+    /// Ask the configured engines which pipelines they already run and print
+    /// them as `[[tools]]` entries to append to the config.
+    #[command(after_help = cli::discover::EXIT_CODES)]
+    Discover(cli::discover::DiscoverArgs),
     /// Print the tool catalog as clients see it (2026-07-28 tools/list).
     Tools {
         /// The config file.
@@ -344,6 +348,10 @@ async fn run(command: Command) -> ExitCode {
                 println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
                 ExitCode::SUCCESS
             }
+            Err(e) => config_error(&e),
+        },
+        Command::Discover(args) => match taskgate::load(&args.config).await {
+            Ok(gw) => cli::discover::run(&gw, &args).await,
             Err(e) => config_error(&e),
         },
         Command::Call(args) => cli::call(args).await,

@@ -1,10 +1,11 @@
-//! `taskgate call` and `taskgate tasks`: a client for people; and
-//! `taskgate host-config` ([`host_config`]), which prints an AI host's entry
-//! for taskgate.
+//! `taskgate call` and `taskgate tasks`: a client for people; `taskgate
+//! discover` ([`discover`]), which reads the configuration to ask its engines;
+//! and `taskgate host-config` ([`host_config`]), which prints an AI host's
+//! entry for taskgate.
 //!
-//! The top layer of the binary, beside the server and importing none of it
-//! (only the header names of `taskgate::rpc::header`, shared vocabulary):
-//! it speaks MCP 2026-07-28 with the tasks extension to a server at `--url`, or
+//! The top layer of the binary, beside the server. `call` and `tasks` import
+//! none of it (only the header names of `taskgate::rpc::header`, shared
+//! vocabulary): they speak MCP 2026-07-28 with the tasks extension to a server at `--url`, or
 //! to `taskgate serve --stdio` started on `--config`. `tools/call` creates a
 //! task; the client polls `tasks/get` at the server's `pollIntervalMs`, showing
 //! the status; asks input requests in the terminal and answers them with
@@ -53,6 +54,7 @@ macro_rules! tell_raw {
 }
 
 pub mod args;
+pub mod discover;
 pub mod host_config;
 pub mod prompt;
 pub mod render;

@@ -23,6 +23,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// `taskgate discover` on the GitHub double and the real Airflow.
+#[cfg(any(feature = "github", feature = "airflow"))]
+mod discover;
 #[cfg(feature = "airflow")]
 mod engine_airflow;
 #[cfg(feature = "github")]

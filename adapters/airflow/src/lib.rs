@@ -11,6 +11,7 @@
 
 mod api;
 mod config;
+mod discover;
 mod logs;
 mod translate;
 
@@ -20,8 +21,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use taskgate_engine::http::percent_encode;
 use taskgate_engine::{
-    async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
-    LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
+    async_trait, from_value, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine,
+    EngineError, InputResponse, LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
+    ToolDecl, MAX_PAGE_BYTES,
 };
 
 use api::{action, Client};
@@ -126,6 +128,12 @@ impl Engine for AirflowEngine {
                 .unwrap_or("?"),
             self.base_url
         )])
+    }
+
+    /// The DAGs Airflow lists (not paused; with `all`, paused ones too), their
+    /// `params` as the input schema. See the `discover` module for the calls.
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        discover::discover(&self.client, options).await
     }
 }
 

@@ -688,13 +688,20 @@ pub fn run_state(run: &DagRun, seen: &Observed<'_>) -> RunState {
 }
 
 /// A tool input schema suggested from a DAG's `params` (`DAGDetailsResponse.params`).
+/// A param is required when it has no value and its schema does not take `null`
+/// (Airflow refuses to trigger the DAG without it).
 #[must_use]
 pub fn suggest_input_schema(params: &Map<String, Value>) -> Value {
     let mut properties = Map::new();
     let mut required = Vec::new();
     for (name, param) in params {
         let prop = param_property(param);
-        if param.get("value").is_none_or(Value::is_null) {
+        let nullable = match prop.get("type") {
+            Some(Value::String(t)) => t == "null",
+            Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+            _ => false,
+        };
+        if param.get("value").is_none_or(Value::is_null) && !nullable {
             required.push(json!(name));
         }
         properties.insert(name.clone(), prop);
@@ -1148,6 +1155,15 @@ mod tests {
                 "rows": {"type": "integer", "minimum": 0, "default": 3}}})
         );
         assert!(compare_params(&suggested, params).is_empty());
+        // A param without a value is required, unless its schema takes null.
+        let nullable = json!({
+            "owner": {"value": null, "schema": {"type": ["null", "string"]}, "description": null},
+            "ticket": {"value": null, "schema": {"type": "string"}, "description": null},
+        });
+        assert_eq!(
+            suggest_input_schema(nullable.as_object().unwrap())["required"],
+            json!(["ticket"])
+        );
         let wrong = json!({"type": "object", "properties": {"dataset": {"type": "integer"}, "extra": {"type": "string"}}});
         let problems = compare_params(&wrong, params);
         assert_eq!(problems.len(), 3, "{problems:?}");

@@ -57,6 +57,12 @@ pub struct EngineSettings {
     /// at most 4 listings are made within the start request.
     #[serde(default, with = "humantime_serde")]
     pub lookup_delay: Option<Duration>,
+    /// The repositories `taskgate discover` looks in, as `owner/repo` (at most
+    /// 100). Default: the repositories the credentials can see (a token's
+    /// `GET /user/repos`, an App installation's `GET /installation/repositories`),
+    /// the first 100 of them. Serving tools does not use it.
+    #[serde(default)]
+    pub discover_repos: Vec<String>,
 }
 
 /// How a token is obtained. `Debug` shows neither the token nor the key.
@@ -104,6 +110,8 @@ pub(crate) struct Validated {
     pub low_budget: Option<u64>,
     /// See [`EngineSettings::lookup_delay`].
     pub lookup_delay: Duration,
+    /// See [`EngineSettings::discover_repos`]: `(owner, repo)` pairs.
+    pub discover_repos: Vec<(String, String)>,
 }
 
 impl EngineSettings {
@@ -224,11 +232,34 @@ impl EngineSettings {
         if lookup_delay > Duration::from_secs(10) {
             return Err(ConfigError::new("lookup_delay", "must be at most 10s"));
         }
+        if self.discover_repos.len() > crate::discover::MAX_REPOS {
+            return Err(ConfigError::new(
+                "discover_repos",
+                format!("at most {} repositories", crate::discover::MAX_REPOS),
+            ));
+        }
+        let mut discover_repos = Vec::new();
+        for (i, full) in self.discover_repos.iter().enumerate() {
+            match full.split_once('/') {
+                Some((owner, repo))
+                    if is_name(owner, &[]) && owner.len() <= 39 && is_name(repo, &['.', '_']) =>
+                {
+                    discover_repos.push((owner.to_owned(), repo.to_owned()));
+                }
+                _ => {
+                    return Err(ConfigError::new(
+                        format!("discover_repos[{i}]"),
+                        format!("{full:?} is not owner/repo"),
+                    ))
+                }
+            }
+        }
         Ok(Validated {
             auth,
             base_url,
             low_budget: self.low_budget,
             lookup_delay,
+            discover_repos,
         })
     }
 }

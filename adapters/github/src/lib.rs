@@ -10,6 +10,7 @@
 
 mod api;
 mod config;
+mod discover;
 mod logs;
 mod rate_budget;
 mod translate;
@@ -22,8 +23,9 @@ use base64::Engine as _;
 use http::Method;
 use serde_json::Value;
 use taskgate_engine::{
-    async_trait, from_value, Capabilities, ConfigError, Engine, EngineError, InputResponse,
-    LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl, MAX_PAGE_BYTES,
+    async_trait, from_value, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine,
+    EngineError, InputResponse, LogLine, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
+    ToolDecl, MAX_PAGE_BYTES,
 };
 
 pub use config::{ApprovalSettings, Correlate, EngineSettings, ToolTarget, WorkflowRef};
@@ -141,6 +143,13 @@ impl Engine for GithubEngine {
             ));
         }
         Ok(findings)
+    }
+
+    /// The workflows with a `workflow_dispatch` trigger (active ones; with
+    /// `all`, disabled ones too) in the repositories of `discover_repos`, or
+    /// those the credentials see. See the `discover` module for the calls.
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        discover::discover(&self.client, &self.settings, options).await
     }
 }
 

@@ -39,16 +39,7 @@ pub(crate) struct DeclaredInput {
 pub(crate) fn declared_inputs(
     workflow_yaml: &str,
 ) -> Result<BTreeMap<String, DeclaredInput>, WorkflowError> {
-    let doc: Value = serde_yaml::from_str::<serde_yaml::Value>(workflow_yaml)
-        .map_err(|e| WorkflowError::Yaml(e.to_string()))
-        .and_then(|v| {
-            serde_json::to_value(yaml_to_json(v)).map_err(|e| WorkflowError::Yaml(e.to_string()))
-        })?;
-    let Value::Object(doc) = doc else {
-        return Err(WorkflowError::Yaml(
-            "the document is not a mapping".to_owned(),
-        ));
-    };
+    let doc = parse(workflow_yaml)?;
     // `on` may also have been read as the YAML 1.1 boolean `true`.
     let on = doc.get("on").or_else(|| doc.get("true"));
     let dispatch = match on {
@@ -95,6 +86,46 @@ pub(crate) fn declared_inputs(
         }
     }
     Ok(out)
+}
+
+/// A workflow file as a JSON object.
+fn parse(workflow_yaml: &str) -> Result<Map<String, Value>, WorkflowError> {
+    let doc: Value = serde_yaml::from_str::<serde_yaml::Value>(workflow_yaml)
+        .map_err(|e| WorkflowError::Yaml(e.to_string()))
+        .and_then(|v| {
+            serde_json::to_value(yaml_to_json(v)).map_err(|e| WorkflowError::Yaml(e.to_string()))
+        })?;
+    match doc {
+        Value::Object(doc) => Ok(doc),
+        _ => Err(WorkflowError::Yaml(
+            "the document is not a mapping".to_owned(),
+        )),
+    }
+}
+
+/// The environments the workflow's jobs name (`jobs.*.environment`, a name or
+/// `{name, url}`), as written: an expression such as
+/// `${{ inputs.environment }}` stays an expression. Empty for a file that is
+/// not a workflow.
+#[must_use]
+pub(crate) fn job_environments(workflow_yaml: &str) -> Vec<String> {
+    let Ok(doc) = parse(workflow_yaml) else {
+        return Vec::new();
+    };
+    let Some(Value::Object(jobs)) = doc.get("jobs") else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = jobs
+        .values()
+        .filter_map(|job| match job.get("environment") {
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(Value::Object(e)) => e.get("name").and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn scalar_text(v: &Value) -> String {
@@ -316,6 +347,14 @@ jobs:
         assert!(
             compare_inputs(&schema, double::WORKFLOW_YAML, &[DEFAULT_CORRELATION_INPUT]).is_empty()
         );
+    }
+
+    #[test]
+    fn job_environments_are_read() {
+        let yaml = "on: workflow_dispatch\njobs:\n  a:\n    environment: staging\n  b:\n    environment:\n      name: ${{ inputs.target }}\n      url: https://x\n  c:\n    runs-on: x\n  d:\n    environment: staging\n";
+        assert_eq!(job_environments(yaml), ["${{ inputs.target }}", "staging"]);
+        assert!(job_environments("on: [").is_empty());
+        assert!(job_environments("on: push").is_empty());
     }
 
     #[test]

@@ -1108,3 +1108,106 @@ async fn a_reference_to_another_repositorys_run_goes_nowhere() {
     ));
     d.assert_clean();
 }
+
+/// `discover` only reads, in the bounded order its module documents: the
+/// repositories (here an App installation's), each one's workflows and
+/// environments, and the file of each candidate workflow.
+#[tokio::test]
+async fn discover_reads_an_installations_repositories_workflows_and_files() {
+    let d = Double::start().await;
+    d.add_workflow(
+        "ci.yml",
+        "CI",
+        "active",
+        "on:\n  push:\njobs:\n  a:\n    runs-on: x\n",
+    );
+    d.add_workflow(
+        "nightly.yml",
+        "Nightly",
+        "disabled_inactivity",
+        "on: workflow_dispatch\njobs:\n  a:\n    runs-on: x\n",
+    );
+    let e = taskgate_github::build(json!({
+        "app_id": double::APP_ID.parse::<u64>().unwrap(),
+        "installation_id": double::INSTALLATION_ID.parse::<u64>().unwrap(),
+        "private_key_file": app_key_file(),
+        "base_url": d.url,
+    }))
+    .await
+    .unwrap();
+    let found = e
+        .discover(&taskgate_engine::DiscoverOptions::default())
+        .await
+        .unwrap();
+    let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["Deploy"]);
+    assert_eq!(
+        found[0].input_schema,
+        double::suggested_input_schema(),
+        "the schema check-config suggests"
+    );
+    let repo = format!("/repos/{OWNER}/{REPO}");
+    assert_eq!(
+        d.lines(),
+        [
+            format!(
+                "POST /app/installations/{}/access_tokens",
+                double::INSTALLATION_ID
+            ),
+            "GET /installation/repositories".to_owned(),
+            format!("GET {repo}/actions/workflows"),
+            format!("GET {repo}/environments"),
+            format!("GET {repo}/contents/.github/workflows/{WORKFLOW}"),
+            format!("GET {repo}/contents/.github/workflows/ci.yml"),
+        ]
+    );
+    // With `all`, the disabled workflow too, noted.
+    let all = e
+        .discover(&taskgate_engine::DiscoverOptions {
+            all: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all[1].notes[0].contains("disabled_inactivity"), "{all:?}");
+    d.assert_clean();
+}
+
+/// Configured repositories are read by name; a throttled GitHub is a
+/// retryable error, not an empty answer.
+#[tokio::test]
+async fn discover_reads_configured_repositories_and_reports_throttling() {
+    let d = Double::start().await;
+    let e = taskgate_github::build(json!({
+        "token_file": token_file(),
+        "base_url": d.url,
+        "discover_repos": [format!("{OWNER}/{REPO}")],
+    }))
+    .await
+    .unwrap();
+    let found = e
+        .discover(&taskgate_engine::DiscoverOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(d.lines()[0], format!("GET /repos/{OWNER}/{REPO}"));
+    d.throttle_next(Throttle::Secondary { retry_after: 3 });
+    let err = e
+        .discover(&taskgate_engine::DiscoverOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+    // A repository that is not owner/repo is refused when the engine is built.
+    let Err(bad) = taskgate_github::build(json!({
+        "token_file": token_file(),
+        "discover_repos": ["octo-org"],
+    }))
+    .await
+    else {
+        panic!("a bad discover_repos entry was accepted");
+    };
+    assert_eq!(bad.key, "discover_repos[0]");
+    d.assert_clean();
+}

@@ -189,6 +189,18 @@ struct State {
     blob_url: String,
     /// The `Range` header of every download, in order (`-` for none).
     downloads: Vec<String>,
+    /// Workflows besides [`WORKFLOW`] (for `taskgate discover`).
+    extra_workflows: Vec<ExtraWorkflow>,
+}
+
+/// A workflow file added with [`Double::add_workflow`].
+#[derive(Debug, Clone)]
+struct ExtraWorkflow {
+    id: u64,
+    file: String,
+    name: String,
+    state: String,
+    yaml: String,
 }
 
 /// The double: a server on 127.0.0.1 and its shared state.
@@ -368,6 +380,23 @@ impl Double {
     /// How many GitHub App installation tokens were minted.
     pub fn token_exchanges(&self) -> u32 {
         self.with(|s| s.token_exchanges)
+    }
+
+    /// Adds a workflow file `.github/workflows/FILE` named `name` in `state`
+    /// (`active`, `disabled_manually`, …) holding `yaml`: listed with the
+    /// repository's workflows, read by file name and through the contents API.
+    /// It cannot be dispatched.
+    pub fn add_workflow(&self, file: &str, name: &str, state: &str, yaml: &str) {
+        self.with(|s| {
+            let id = 269_289 + s.extra_workflows.len() as u64;
+            s.extra_workflows.push(ExtraWorkflow {
+                id,
+                file: file.to_owned(),
+                name: name.to_owned(),
+                state: state.to_owned(),
+                yaml: yaml.to_owned(),
+            });
+        });
     }
 
     /// Panics with every violation recorded.
@@ -706,6 +735,29 @@ fn route(
             &json!({"resources": {"core": {"limit": s.limit, "remaining": s.remaining, "reset": s.reset, "used": s.limit - s.remaining}}}),
         );
     }
+    // The repositories a token (`/user/repos`) or an App installation sees,
+    // and the repository itself: the one repository the double serves.
+    match (method.as_str(), path) {
+        ("GET", "/user/repos") => {
+            let mut items = fixture("repository-items.json");
+            items[0] = this_repository(&items[0]);
+            return answer(StatusCode::OK, &json!([items[0].clone()]));
+        }
+        ("GET", "/installation/repositories") => {
+            let mut page = fixture("installation-repositories.json");
+            let repo = this_repository(&page["repositories"][0]);
+            page["repositories"] = json!([repo]);
+            page["total_count"] = json!(1);
+            return answer(StatusCode::OK, &page);
+        }
+        ("GET", p) if p == format!("/repos/{OWNER}/{REPO}") => {
+            return answer(
+                StatusCode::OK,
+                &this_repository(&fixture("full-repository.json")),
+            );
+        }
+        _ => {}
+    }
     let prefix = format!("/repos/{OWNER}/{REPO}/");
     let Some(rest) = path.strip_prefix(&prefix) else {
         s.violations
@@ -716,25 +768,39 @@ fn route(
     match (method.as_str(), parts.as_slice()) {
         ("POST", ["actions", "workflows", wf, "dispatches"]) => dispatch(s, wf, body),
         ("GET", ["actions", "workflows", wf, "runs"]) => list_runs(s, wf, query),
+        ("GET", ["actions", "workflows"]) => {
+            let mut page = fixture("workflow-paginated.json");
+            let mut all = vec![deploy_workflow()];
+            all.extend(s.extra_workflows.iter().map(ExtraWorkflow::payload));
+            page["total_count"] = json!(all.len());
+            page["workflows"] = json!(all);
+            answer(StatusCode::OK, &page)
+        }
+        ("GET", ["environments"]) => answer(StatusCode::OK, &fixture("environments.json")),
         ("GET", ["actions", "workflows", wf]) => {
-            if *wf != WORKFLOW {
-                return not_found();
+            if *wf == WORKFLOW {
+                return answer(StatusCode::OK, &deploy_workflow());
             }
-            let mut w = fixture("workflow.json");
-            w["name"] = json!("Deploy");
-            w["path"] = json!(format!(".github/workflows/{WORKFLOW}"));
-            answer(StatusCode::OK, &w)
+            match s.extra_workflows.iter().find(|w| w.file == *wf) {
+                Some(extra) => answer(StatusCode::OK, &extra.payload()),
+                None => not_found(),
+            }
         }
         ("GET", ["contents", ".github", "workflows", file]) => {
             if query.get("ref").map(String::as_str) != Some(REF) {
                 s.violations
                     .push(format!("GET {path}: ref is {:?}", query.get("ref")));
             }
-            if *file != WORKFLOW {
-                return not_found();
-            }
+            let yaml = if *file == WORKFLOW {
+                WORKFLOW_YAML.to_owned()
+            } else {
+                match s.extra_workflows.iter().find(|w| w.file == *file) {
+                    Some(extra) => extra.yaml.clone(),
+                    None => return not_found(),
+                }
+            };
             let mut c = fixture("content-file.json");
-            let encoded = base64::engine::general_purpose::STANDARD.encode(WORKFLOW_YAML);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(yaml);
             // GitHub wraps the base64 text in lines.
             let wrapped: Vec<String> = encoded
                 .as_bytes()
@@ -742,8 +808,8 @@ fn route(
                 .map(|c| String::from_utf8(c.to_vec()).unwrap())
                 .collect();
             c["content"] = json!(wrapped.join("\n") + "\n");
-            c["name"] = json!(WORKFLOW);
-            c["path"] = json!(format!(".github/workflows/{WORKFLOW}"));
+            c["name"] = json!(file);
+            c["path"] = json!(format!(".github/workflows/{file}"));
             answer(StatusCode::OK, &c)
         }
         ("GET", ["actions", "jobs", job, "logs"]) => job_log(s, job),
@@ -811,6 +877,42 @@ fn route(
             not_found()
         }
     }
+}
+
+/// The published workflow, as the double's deploy workflow.
+fn deploy_workflow() -> Value {
+    let mut w = fixture("workflow.json");
+    w["name"] = json!("Deploy");
+    w["path"] = json!(format!(".github/workflows/{WORKFLOW}"));
+    w
+}
+
+impl ExtraWorkflow {
+    /// The published workflow, as this one.
+    fn payload(&self) -> Value {
+        let mut w = fixture("workflow.json");
+        w["id"] = json!(self.id);
+        w["name"] = json!(self.name);
+        w["path"] = json!(format!(".github/workflows/{}", self.file));
+        w["state"] = json!(self.state);
+        w["url"] = json!(format!(
+            "https://api.github.com/repos/{OWNER}/{REPO}/actions/workflows/{}",
+            self.id
+        ));
+        w
+    }
+}
+
+/// A published repository, as the one the double serves (its default branch
+/// [`REF`]).
+fn this_repository(published: &Value) -> Value {
+    let mut r = published.clone();
+    r["name"] = json!(REPO);
+    r["full_name"] = json!(format!("{OWNER}/{REPO}"));
+    r["owner"]["login"] = json!(OWNER);
+    r["default_branch"] = json!(REF);
+    r["archived"] = json!(false);
+    r
 }
 
 /// A job's log: a 302 to a short-lived URL of the download host, for a job
