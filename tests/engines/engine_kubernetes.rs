@@ -1249,11 +1249,12 @@ async fn a_discovered_cronjob_tool_runs_end_to_end() {
     config.push('\n');
     config.push_str(&toml);
     std::fs::write(&s.config, &config).unwrap();
-    let parsed: toml::Value = toml::from_str(&config).expect("the appended config parses");
-    assert_ne!(
-        parsed["server"].get("listen").and_then(toml::Value::as_str),
-        Some("0.0.0.0:1"),
-        "the description injected a setting"
+    // The description stays inside a string: no table or key of its own.
+    assert!(
+        !toml
+            .lines()
+            .any(|l| l.trim_start().starts_with("[server]") || l.trim_start().starts_with("listen")),
+        "the description injected TOML:\n{toml}"
     );
     check_config(&s);
     let server = s.server().await;
