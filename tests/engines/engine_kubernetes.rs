@@ -1155,14 +1155,30 @@ async fn run_cronjob_tool(c: &Cluster, client: &Client, tool: &str, cronjob: &st
         "manual"
     );
     let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("CronJob", cronjob));
-    assert_eq!(job.metadata.labels.as_ref().unwrap()["taskgate.io/tool"], tool);
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("CronJob", cronjob)
+    );
+    assert_eq!(
+        job.metadata.labels.as_ref().unwrap()["taskgate.io/tool"],
+        tool
+    );
     let env = job_env(&job);
-    assert!(env.contains(&("REGION".into(), "us-east-2".into())), "{env:?}");
-    assert!(env.contains(&("DB_PASSWORD".into(), String::new())), "{env:?}");
+    assert!(
+        env.contains(&("REGION".into(), "us-east-2".into())),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("DB_PASSWORD".into(), String::new())),
+        "{env:?}"
+    );
     let done = client.until_status(&task, "completed", LIMIT).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
-    assert_eq!(done["result"]["structuredContent"], json!({"rows": 7}), "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"rows": 7}),
+        "{done}"
+    );
 }
 
 /// Issue 35: a tool on a CronJob, written as `taskgate discover
@@ -1212,7 +1228,7 @@ async fn a_discovered_cronjob_tool_runs_end_to_end() {
     let Some(c) = Cluster::new("crondisc").await else {
         return;
     };
-    let hostile = "Report\"\"\"]\n[server]\nlisten = \"0.0.0.0:1\"\n# ";
+    let hostile = "Report\"\"\"]\n[server]\nlisten = \"0.0.0.0:1\"";
     create_cronjob(&c, "nightly-report", hostile).await;
     let s = c.setup("");
     let discover = |json: bool| {

@@ -262,8 +262,7 @@ impl ToolTarget {
             }
         }
         let (source, container) = if let Some(cronjob) = &self.from_cronjob {
-            check_object_name(cronjob)
-                .map_err(|m| ConfigError::new("target.from_cronjob", m))?;
+            check_object_name(cronjob).map_err(|m| ConfigError::new("target.from_cronjob", m))?;
             if let Some(name) = &self.container {
                 if check_dns_label(name).is_err() {
                     return Err(ConfigError::new(
@@ -736,8 +735,8 @@ mod tests {
 
     #[test]
     fn a_cronjob_target_binds_without_a_template() {
-        let b = target(json!({"from_cronjob": "nightly.report", "env_arguments": ["REGION"]}))
-            .unwrap();
+        let b =
+            target(json!({"from_cronjob": "nightly.report", "env_arguments": ["REGION"]})).unwrap();
         assert!(matches!(&b.source, Source::CronJob(n) if n == "nightly.report"));
         assert_eq!(b.container, None);
         assert_eq!(b.env_arguments, ["REGION"]);

@@ -217,7 +217,10 @@ fn env_arguments(container: &Container, wanted: bool) -> (Vec<(String, String)>,
 /// `description` and default (`value`, else `default`), required when it has
 /// neither.
 #[must_use]
-pub(crate) fn workflow_template_tool(template: &DynamicObject, namespace: &str) -> Option<Discovered> {
+pub(crate) fn workflow_template_tool(
+    template: &DynamicObject,
+    namespace: &str,
+) -> Option<Discovered> {
     let name = template.metadata.name.clone()?;
     let mut properties = Map::new();
     let mut required = Vec::new();
@@ -241,7 +244,9 @@ pub(crate) fn workflow_template_tool(template: &DynamicObject, namespace: &str) 
         }
         if parameter.get("valueFrom").is_some() {
             notes.push(one_line(
-                &format!("parameter {pname} takes its value from a source (valueFrom): not an argument"),
+                &format!(
+                    "parameter {pname} takes its value from a source (valueFrom): not an argument"
+                ),
                 300,
             ));
             continue;
@@ -360,7 +365,10 @@ mod tests {
         };
         let d = cronjob_tool(&nightly(false), "jobs", &options).unwrap();
         assert_eq!(d.target["env_arguments"], json!(["REGION", "LIMIT"]));
-        assert_eq!(d.input_schema["properties"]["REGION"]["default"], "eu-west-1");
+        assert_eq!(
+            d.input_schema["properties"]["REGION"]["default"],
+            "eu-west-1"
+        );
         assert_eq!(d.input_schema["properties"]["LIMIT"]["type"], "string");
         assert!(d.input_schema.get("required").is_none());
         let all = serde_json::to_string(&(&d.target, &d.input_schema, &d.notes)).unwrap();
@@ -369,8 +377,14 @@ mod tests {
             .as_object()
             .unwrap()
             .contains_key("DB_PASSWORD"));
-        assert!(d.notes.iter().any(|n| n.contains("DB_PASSWORD") && n.contains("a Secret")));
-        assert!(d.notes.iter().any(|n| n.contains("MODE") && n.contains("a ConfigMap")));
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.contains("DB_PASSWORD") && n.contains("a Secret")));
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.contains("MODE") && n.contains("a ConfigMap")));
         assert!(d.notes.iter().any(|n| n.contains("bad.name")));
     }
 

@@ -22,8 +22,7 @@ use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 use taskgate_engine::{
     async_trait, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine, EngineError,
-    InputAction, InputResponse,
-    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
@@ -32,8 +31,8 @@ pub use resource::{ArgumentPlace, PhaseMapping, Preset, ResourceTarget};
 use api::{Created, KubeClient};
 use config::{check_dns_label, Bound, Source};
 use translate::{
-    canonical, cronjob_job, label, label_value, missing_permissions, permission_name, phase, render_job,
-    result_pod, same_job, snapshot, terminated, Phase, PodOutcome, ANN_APPROVAL,
+    canonical, cronjob_job, label, label_value, missing_permissions, permission_name, phase,
+    render_job, result_pod, same_job, snapshot, terminated, Phase, PodOutcome, ANN_APPROVAL,
     ANN_APPROVAL_ANSWER, ANN_CANCELLED, APPROVAL_ACCEPTED, APPROVAL_KEY, LABEL_TOOL,
     LOG_LIMIT_BYTES, REQUIRED_PERMISSIONS,
 };

@@ -9,13 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authorization::v1::ResourceRule;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 use taskgate_engine::{
-    arg_env_value, arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot,
-    StartRequest, ToolOutput,
+    arg_env_value, arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState,
+    Snapshot, StartRequest, ToolOutput,
 };
 
 use crate::config::{ApprovalGate, Bound, Source};
@@ -218,7 +218,9 @@ pub(crate) fn cronjob_job(cronjob: &CronJob) -> Result<Job, String> {
         .as_ref()
         .is_none_or(|p| p.containers.is_empty())
     {
-        return Err(format!("the job template of CronJob {name} has no containers"));
+        return Err(format!(
+            "the job template of CronJob {name} has no containers"
+        ));
     }
     let from = template.metadata.clone().unwrap_or_default();
     let mut annotations = from.annotations.unwrap_or_default();
@@ -979,7 +981,9 @@ mod tests {
             panic!("not a template")
         };
         let container = bound.container.clone().unwrap();
-        render_job(bound, template, &container, tool, namespace, request, keep_alive)
+        render_job(
+            bound, template, &container, tool, namespace, request, keep_alive,
+        )
     }
 
     fn request(arguments: Value) -> StartRequest {
@@ -1174,10 +1178,23 @@ mod tests {
         assert_eq!(label(&job, "team"), Some("data"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
-            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str(), owner.controller),
+            (
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str(),
+                owner.controller
+            ),
             ("CronJob", "nightly", "u-1", Some(true))
         );
-        let env = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+        let env = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
             .env
             .clone()
             .unwrap();

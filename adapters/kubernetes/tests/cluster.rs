@@ -1179,8 +1179,7 @@ async fn a_discovered_cronjob_runs_its_job_template_on_demand() {
     assert!(secret.value.is_none() && secret.value_from.is_some());
     // The CronJob is edited; a retry of the same call is still the same run,
     // another call under that name is a conflict.
-    let cronjobs =
-        Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(c.admin.clone(), &c.ns);
+    let cronjobs = Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(c.admin.clone(), &c.ns);
     let patch = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [
         {"name": "main", "image": "busybox:other"}]}}}}}});
     cronjobs
@@ -1201,7 +1200,11 @@ async fn a_discovered_cronjob_runs_its_job_template_on_demand() {
     assert_eq!(output.structured, Some(json!({"rows": 7})));
     // A tool whose CronJob is gone: a clear error, no Job.
     let gone = engine
-        .bind(&decl("gone", json!({"from_cronjob": "nope"}), json!({"type": "object"})))
+        .bind(&decl(
+            "gone",
+            json!({"from_cronjob": "nope"}),
+            json!({"type": "object"}),
+        ))
         .unwrap();
     match gone.start(request("tg-cron-2", json!({}))).await {
         Err(EngineError::Internal { message, .. }) => {
@@ -1262,7 +1265,11 @@ async fn discover_lists_argo_workflow_templates() {
     }
     let engine = c.engine().await;
     // deploy/rbac.yaml does not grant listing WorkflowTemplates: CronJobs only.
-    assert!(engine.discover(&Default::default()).await.unwrap().is_empty());
+    assert!(engine
+        .discover(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "argo-read"},
         "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["list"]}]

@@ -221,7 +221,12 @@ fn merge_objects(a: &Value, b: &Value, depth: usize) -> Value {
     let req = |s: &Value| -> Vec<String> {
         s.get("required")
             .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|r| {
+                r.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let rb = req(b);
@@ -274,12 +279,17 @@ mod tests {
             definition: r#"{"Comment": "Loads the data", "StartAt": "A", "States": {}}"#.into(),
         };
         let d = state_machine_tool(&sm, &samples, 1);
-        let all = serde_json::to_string(&(&d.description, &d.input_schema, &d.notes, &d.target))
-            .unwrap();
+        let all =
+            serde_json::to_string(&(&d.description, &d.input_schema, &d.notes, &d.target)).unwrap();
         assert!(!all.contains(secret) && !all.contains("97531864"), "{all}");
         assert!(d.description.starts_with("Loads the data"));
-        assert!(d.description.contains("inferred from the inputs of its 1 most recent execution"));
-        assert_eq!(d.input_schema["required"], json!(["api_key", "n", "nested"]));
+        assert!(d
+            .description
+            .contains("inferred from the inputs of its 1 most recent execution"));
+        assert_eq!(
+            d.input_schema["required"],
+            json!(["api_key", "n", "nested"])
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use taskgate_engine::{
-    async_trait, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine, EngineError, InputAction, InputResponse,
-    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    async_trait, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine, EngineError,
+    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use api::{ClientOptions, MAX_ATTEMPTS};

@@ -757,7 +757,9 @@ async fn discover_infers_a_schema_from_recent_executions_without_their_values() 
     };
     let found = engine.discover(&options).await.unwrap();
     assert!(
-        found.iter().all(|d| d.target["state_machine_arn"] != express),
+        found
+            .iter()
+            .all(|d| d.target["state_machine_arn"] != express),
         "an Express state machine was listed"
     );
     let tool = found
@@ -771,7 +773,8 @@ async fn discover_infers_a_schema_from_recent_executions_without_their_values() 
         tool.description
     );
     assert!(
-        tool.description.contains("inferred from the inputs of its 3"),
+        tool.description
+            .contains("inferred from the inputs of its 3"),
         "{}",
         tool.description
     );

@@ -116,7 +116,11 @@ mod tests {
                 json!({"workflow_type": "Release", "task_queue": "canary"}),
             ]
         );
-        assert!(tools[0].origin.contains("2 of the 6"), "{}", tools[0].origin);
+        assert!(
+            tools[0].origin.contains("2 of the 6"),
+            "{}",
+            tools[0].origin
+        );
         assert!(tools[0].notes.iter().any(|n| n.contains("canary")));
         assert_eq!(tools[1].input_schema, json!({"type": "object"}));
     }

@@ -25,9 +25,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use taskgate_engine::{
     async_trait, from_value, spec_hash, Capabilities, ConfigError, DiscoverOptions, Discovered,
-    Engine, EngineError,
-    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
-    MAX_CURSOR_BYTES, MAX_PAGE_BYTES,
+    Engine, EngineError, InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot,
+    StartRequest, ToolDecl, MAX_CURSOR_BYTES, MAX_PAGE_BYTES,
 };
 use temporalio_common::protos::temporal::api::common::v1::{
     Memo, SearchAttributes, WorkflowExecution, WorkflowType,
@@ -167,9 +166,15 @@ impl Engine for TemporalEngine {
                     None,
                 )
                 .await?;
-            seen.extend(page.executions.iter().map(|e| discover::Seen {
-                workflow_type: e.r#type.as_ref().map(|t| t.name.clone()).unwrap_or_default(),
-                task_queue: e.task_queue.clone(),
+            seen.extend(page.executions.iter().map(|e| {
+                discover::Seen {
+                    workflow_type: e
+                        .r#type
+                        .as_ref()
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default(),
+                    task_queue: e.task_queue.clone(),
+                }
             }));
             token = page.next_page_token;
             if token.is_empty() {

@@ -42,7 +42,9 @@ async fn discover_lists_recent_workflow_types_with_their_task_queues() {
     let mut runs = Vec::new();
     for (i, kind) in [&kind_a, &kind_a, &kind_b].into_iter().enumerate() {
         let p = engine
-            .bind(&decl(json!({"workflow_type": kind, "task_queue": queue, "cancel": "terminate"})))
+            .bind(&decl(
+                json!({"workflow_type": kind, "task_queue": queue, "cancel": "terminate"}),
+            ))
             .unwrap();
         let run = p
             .start(StartRequest {
@@ -85,7 +87,11 @@ async fn discover_lists_recent_workflow_types_with_their_task_queues() {
         found[1].target,
         json!({"workflow_type": kind_a, "task_queue": queue})
     );
-    assert!(found[1].origin.contains(&format!("2 of the")), "{}", found[1].origin);
+    assert!(
+        found[1].origin.contains(&format!("2 of the")),
+        "{}",
+        found[1].origin
+    );
     assert!(!format!("{found:?}").contains("never-listed"));
     for d in &found {
         engine.bind(&decl(d.target.clone())).unwrap();
