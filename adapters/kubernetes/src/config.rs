@@ -186,7 +186,7 @@ pub(crate) const MAX_LOG_LINES: u32 = 1000;
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
     /// The configured template, parsed and checked when the tool was bound.
-    Template(Job),
+    Template(Box<Job>),
     /// The `spec.jobTemplate` of this CronJob, read at each start.
     CronJob(String),
 }
@@ -281,7 +281,7 @@ impl ToolTarget {
                 "target.template"
             };
             let container = self.check_template(&template, key)?;
-            (Source::Template(template), Some(container))
+            (Source::Template(Box::new(template)), Some(container))
         };
         let args_json_env = match (&self.args_env_prefix, &self.args_json_env) {
             (None, None) => Some(DEFAULT_ARGS_JSON_ENV.to_owned()),

@@ -353,7 +353,7 @@ impl KubernetesPipeline {
     async fn template(&self) -> Result<(Cow<'_, Job>, String), EngineError> {
         match &self.bound.source {
             Source::Template(template) => Ok((
-                Cow::Borrowed(template),
+                Cow::Borrowed(template.as_ref()),
                 self.bound.container.clone().unwrap_or_default(),
             )),
             Source::CronJob(name) => {

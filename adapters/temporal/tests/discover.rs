@@ -87,11 +87,7 @@ async fn discover_lists_recent_workflow_types_with_their_task_queues() {
         found[1].target,
         json!({"workflow_type": kind_a, "task_queue": queue})
     );
-    assert!(
-        found[1].origin.contains(&format!("2 of the")),
-        "{}",
-        found[1].origin
-    );
+    assert!(found[1].origin.contains("2 of the"), "{}", found[1].origin);
     assert!(!format!("{found:?}").contains("never-listed"));
     for d in &found {
         engine.bind(&decl(d.target.clone())).unwrap();
