@@ -1157,5 +1157,188 @@ async fn a_traced_call_puts_its_trace_id_in_the_jobs_env() {
             .all(|v| !v.contains(TRACE_ID) && !v.contains("vendor")),
         "{labels:?}"
     );
+}
+
+/// A CronJob (batch/v1) whose job template runs 1 s under kwok and ends with
+/// `{"rows": 7}`, with a literal variable `REGION` and one from a Secret;
+/// `description` is its `description` annotation.
+async fn create_cronjob(c: &Cluster, name: &str, description: &str) {
+    let cronjob: k8s_openapi::api::batch::v1::CronJob = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"description": description}},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": {
+                    "taskgate.test/duration": "1s",
+                    "taskgate.test/termination-message": "{\"rows\": 7}",
+                }},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "busybox:fake",
+                    "env": [
+                        {"name": "REGION", "value": "eu-west-1"},
+                        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}
+                    ]
+                }]}
+            }}}
+        }
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &cronjob)
+        .await
+        .expect("create the CronJob");
+}
+
+/// Runs `taskgate check-config` on `s`; its stdout, failing the test unless
+/// it succeeds.
+fn check_config(s: &Setup) -> String {
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_taskgate"))
+        .args(["check-config", "--config"])
+        .arg(&s.config)
+        .envs(s.env().iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("run check-config");
+    let out = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        check.status.success(),
+        "check-config failed: {out}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    out
+}
+
+/// Starts `tool` with `arguments` and waits for its result: the Job it made
+/// is the CronJob's (manual annotation, owner), `REGION` set from the
+/// argument, and the result is the termination message.
+async fn run_cronjob_tool(c: &Cluster, client: &Client, tool: &str, cronjob: &str) {
+    let task = client
+        .start_task(tool, json!({"REGION": "us-east-2"}))
+        .await;
+    let job = c.only_job().await;
+    assert_eq!(
+        job.metadata.annotations.as_ref().unwrap()["cronjob.kubernetes.io/instantiate"],
+        "manual"
+    );
+    let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("CronJob", cronjob)
+    );
+    assert_eq!(
+        job.metadata.labels.as_ref().unwrap()["taskgate.io/tool"],
+        tool
+    );
+    let env = job_env(&job);
+    assert!(
+        env.contains(&("REGION".into(), "us-east-2".into())),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("DB_PASSWORD".into(), String::new())),
+        "{env:?}"
+    );
+    let done = client.until_status(&task, "completed", LIMIT).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"rows": 7}),
+        "{done}"
+    );
+}
+
+/// Issue 35: a tool on a CronJob, written as `taskgate discover
+/// --args-from-env` prints it (target `from_cronjob` with `env_arguments`),
+/// passes `check-config` (the Role reads the CronJob; the Job it would make
+/// passes a dry run) and runs the CronJob's job template to completion
+/// through the binary. Arguments outside the schema never reach the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cronjob_tool_runs_its_job_template_to_completion() {
+    let Some(c) = Cluster::new("cron").await else {
+        return;
+    };
+    create_cronjob(&c, "nightly", "Builds the nightly report").await;
+    let s = c.setup(
+        r#"[[tools]]
+name = "nightly"
+engine = "k8s"
+description = "Builds the nightly report"
+mode = "async"
+input_schema = { type = "object", additionalProperties = false, properties = { REGION = { type = "string", default = "eu-west-1", description = "Environment variable REGION of the job (default: the CronJob's value)" } } }
+target = { from_cronjob = "nightly", env_arguments = ["REGION"] }
+"#,
+    );
+    let out = check_config(&s);
+    assert!(out.contains("dry run"), "{out}");
+    assert!(c.all_jobs().await.is_empty(), "the dry run created a Job");
+    let server = s.server().await;
+    let client = server.client();
+    // Hostile input is refused before any upstream call: a non-string, an
+    // undeclared variable (which would otherwise reach the env).
+    for bad in [json!({"REGION": 5}), json!({"DB_PASSWORD": "x"})] {
+        let reply = client.call("nightly", bad.clone()).await;
+        assert_eq!(reply.code(), -32602, "{bad}: {:?}", reply.body);
+    }
+    assert!(c.all_jobs().await.is_empty());
+    run_cronjob_tool(&c, &client, "nightly", "nightly").await;
+    c.done().await;
+}
+
+/// Issue 35 end to end: `taskgate discover --engine k8s --args-from-env`
+/// prints a `[[tools]]` entry for the CronJob that, appended to the same
+/// config, passes `check-config` and runs to completion through the binary;
+/// a hostile description cannot inject TOML. Needs the `discover` command
+/// (branch of issue 35's first half).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovered_cronjob_tool_runs_end_to_end() {
+    let Some(c) = Cluster::new("crondisc").await else {
+        return;
+    };
+    let hostile = "Report\"\"\"]\n[server]\nlisten = \"0.0.0.0:1\"";
+    create_cronjob(&c, "nightly-report", hostile).await;
+    let s = c.setup("");
+    let discover = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_taskgate"));
+        cmd.args(["discover", "--config"])
+            .arg(&s.config)
+            .args(["--engine", "k8s", "--args-from-env"])
+            .envs(s.env().iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("run taskgate discover");
+        assert!(
+            out.status.success(),
+            "discover failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed: Value = serde_json::from_str(&discover(true)).expect("discover --json");
+    let tools = listed["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 1, "{listed}");
+    let tool = &tools[0];
+    assert_eq!(tool["engine"], "k8s");
+    assert_eq!(
+        tool["target"],
+        json!({"from_cronjob": "nightly-report", "env_arguments": ["REGION"]})
+    );
+    assert_eq!(tool["description"], hostile);
+    let name = tool["name"].as_str().unwrap().to_owned();
+    let toml = discover(false);
+    let mut config = std::fs::read_to_string(&s.config).unwrap();
+    config.push('\n');
+    config.push_str(&toml);
+    std::fs::write(&s.config, &config).unwrap();
+    // The description stays inside a string: no table or key of its own.
+    assert!(
+        !toml
+            .lines()
+            .any(|l| l.trim_start().starts_with("[server]") || l.trim_start().starts_with("listen")),
+        "the description injected TOML:\n{toml}"
+    );
+    check_config(&s);
+    let server = s.server().await;
+    run_cronjob_tool(&c, &server.client(), &name, "nightly-report").await;
     c.done().await;
 }

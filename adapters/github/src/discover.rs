@@ -282,6 +282,9 @@ struct Place<'a> {
     environments: Option<&'a [Environment]>,
 }
 
+/// The workflow input `discover` reads as the trace-context carrier.
+const TRACE_INPUT: &str = "traceparent";
+
 /// The tool for one workflow file; `None` when it has no `workflow_dispatch`
 /// trigger (or is not a workflow). Pure.
 fn tool_for(place: &Place<'_>, wf: &Workflow, yaml: &str) -> Option<Discovered> {
@@ -294,7 +297,15 @@ fn tool_for(place: &Place<'_>, wf: &Workflow, yaml: &str) -> Option<Discovered> 
             return None;
         }
     };
-    let mut schema = workflow::suggest_input_schema(yaml, corr).ok()?;
+    // A declared `traceparent` input carries taskgate's trace context into
+    // the run (`trace_input`), so it is no argument of the tool.
+    let traced = declared.contains_key(TRACE_INPUT);
+    let reserved: &[&str] = if traced {
+        &[corr, TRACE_INPUT]
+    } else {
+        &[corr]
+    };
+    let mut schema = workflow::suggest_input_schema(yaml, reserved).ok()?;
     let environments = place.environments.unwrap_or_default();
     // An `environment` input takes the name of one of the repository's
     // environments.
@@ -318,6 +329,12 @@ fn tool_for(place: &Place<'_>, wf: &Workflow, yaml: &str) -> Option<Discovered> 
         "ref": place.git_ref,
     });
     let mut notes = Vec::new();
+    if traced {
+        target["trace_input"] = json!(TRACE_INPUT);
+        notes.push(format!(
+            "the workflow declares a {TRACE_INPUT} input: trace_input = \"{TRACE_INPUT}\" passes taskgate's trace context into the run"
+        ));
+    }
     if wf.state != "active" {
         notes.push(format!(
             "the workflow is {}: GitHub refuses its dispatches until it is enabled",

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
@@ -439,6 +439,60 @@ impl KubeClient {
                 }
             }
         }))
+    }
+}
+
+/// Reads for CronJob targets and `taskgate discover`.
+impl KubeClient {
+    /// Reads a CronJob of the namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`]; see [`map_error`].
+    pub async fn get_cronjob(&self, name: &str) -> Result<CronJob, EngineError> {
+        Api::<CronJob>::namespaced(self.client.clone(), &self.namespace)
+            .get(name)
+            .await
+            .map_err(|e| map_error(&self.action("get", "cronjobs.batch"), e))
+    }
+
+    /// One page of at most `limit` CronJobs of the namespace, and whether the
+    /// API server has more.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn list_cronjobs(&self, limit: u32) -> Result<(Vec<CronJob>, bool), EngineError> {
+        Api::<CronJob>::namespaced(self.client.clone(), &self.namespace)
+            .list(&ListParams::default().limit(limit))
+            .await
+            .map(|l| {
+                let more = l.metadata.continue_.as_ref().is_some_and(|c| !c.is_empty());
+                (l.items, more)
+            })
+            .map_err(|e| map_error(&self.action("list", "cronjobs.batch"), e))
+    }
+
+    /// One page of at most `limit` objects of resource `ar` in the namespace,
+    /// and whether the API server has more.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotFound`] when the API server does not serve the
+    /// resource (its CRD is not installed); see [`map_error`].
+    pub async fn list_objects(
+        &self,
+        ar: &kube::core::ApiResource,
+        limit: u32,
+    ) -> Result<(Vec<kube::core::DynamicObject>, bool), EngineError> {
+        self.objects(ar)
+            .list(&ListParams::default().limit(limit))
+            .await
+            .map(|l| {
+                let more = l.metadata.continue_.as_ref().is_some_and(|c| !c.is_empty());
+                (l.items, more)
+            })
+            .map_err(|e| map_error(&self.action("list", &resource_name(ar)), e))
     }
 }
 

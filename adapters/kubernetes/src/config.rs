@@ -63,15 +63,42 @@ impl EngineSettings {
 ///
 /// ```toml
 /// target = { template_file = "jobs/report.yaml", container = "main", args_env_prefix = "ARG_", args_json_env = "TASKGATE_ARGUMENTS" }
+/// # or: run a CronJob's job template on demand, as `kubectl create job --from=cronjob/nightly-report` does
+/// target = { from_cronjob = "nightly-report", env_arguments = ["REGION"] }
 /// ```
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ToolTarget {
     /// Path of a YAML (or JSON) file holding one `batch/v1` Job, relative to the
-    /// folder taskgate starts in. Exactly one of `template_file` and `template`.
+    /// folder taskgate starts in. Exactly one of `template_file`, `template` and
+    /// `from_cronjob`.
     pub template_file: Option<PathBuf>,
     /// The Job inline: a YAML string or a TOML table shaped like the Job object.
     pub template: Option<InlineTemplate>,
+    /// The name of a `batch/v1` CronJob in the engine's namespace whose
+    /// `spec.jobTemplate` each call runs once, now: the Job gets the
+    /// annotation `cronjob.kubernetes.io/instantiate: manual` and the CronJob
+    /// as its controlling owner, as `kubectl create job --from=cronjob/NAME`
+    /// makes it. The CronJob is read at every start (one GET, within the
+    /// call's deadline; taskgate needs `get cronjobs.batch`), so the Job
+    /// follows the CronJob's current template; the options below are checked
+    /// against it then, and a start fails with invalid input when they do not
+    /// fit it (or the CronJob is gone). A retried start with the same run name
+    /// and arguments finds the Job it made even when the CronJob was edited
+    /// in between; other arguments under that name are a conflict. The
+    /// CronJob controller counts these Jobs in its history: a finished one
+    /// beyond `successfulJobsHistoryLimit`/`failedJobsHistoryLimit` is
+    /// deleted by it, and its task then reads as not found.
+    pub from_cronjob: Option<String>,
+    /// Variables of the container's own `env` that an argument of the same
+    /// name replaces (each must have a literal `value`, never `valueFrom`):
+    /// the operator's explicit opt-in, for CronJobs whose settings live in
+    /// their environment (`taskgate discover --args-from-env` writes it). The
+    /// value is the argument as the shared mapping renders it (a string as it
+    /// is, other values as JSON); an argument the call leaves out keeps the
+    /// template's value. No other argument ever replaces a template variable.
+    #[serde(default)]
+    pub env_arguments: Vec<String>,
     /// The container that receives the arguments and whose termination message is
     /// the result (default: the first container of the pod template).
     pub container: Option<String>,
@@ -155,13 +182,30 @@ pub(crate) const DEFAULT_LOG_LINES: u32 = 20;
 /// The most log lines a tool may ask for.
 pub(crate) const MAX_LOG_LINES: u32 = 1000;
 
-/// A validated target: the parsed Job template and the resolved options.
+/// Where a tool's Job template comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// The configured template, parsed and checked when the tool was bound.
+    Template(Box<Job>),
+    /// The `spec.jobTemplate` of this CronJob, read at each start.
+    CronJob(String),
+}
+
+/// A validated target: the Job template (or where to read it) and the
+/// resolved options.
 #[derive(Debug, Clone)]
 pub(crate) struct Bound {
-    /// The Job template as parsed (not yet rendered).
-    pub template: Job,
-    /// The container receiving the arguments.
-    pub container: String,
+    /// The Job template, or the CronJob to read it from.
+    pub source: Source,
+    /// The target as configured: a CronJob's template is checked against it at
+    /// each start.
+    pub target: ToolTarget,
+    /// The container receiving the arguments: resolved for a configured
+    /// template; for a CronJob the configured one, if any (else the first
+    /// container of the Job).
+    pub container: Option<String>,
+    /// `env_arguments`.
+    pub env_arguments: Vec<String>,
     /// `args_env_prefix`, if any.
     pub args_env_prefix: Option<String>,
     /// The JSON environment variable, if any (the default applied).
@@ -192,14 +236,106 @@ impl ToolTarget {
     ///
     /// A [`ConfigError`] keyed relative to the tool (`target.template`, …).
     pub(crate) fn validate(&self, namespace: &str) -> Result<Bound, ConfigError> {
-        let (key, value) = match (&self.template_file, &self.template) {
-            (Some(_), Some(_)) | (None, None) => {
+        let sources = [
+            self.template_file.is_some(),
+            self.template.is_some(),
+            self.from_cronjob.is_some(),
+        ];
+        if sources.iter().filter(|s| **s).count() != 1 {
+            return Err(ConfigError::new(
+                "target",
+                "set exactly one of template_file, template and from_cronjob",
+            ));
+        }
+        for (i, name) in self.env_arguments.iter().enumerate() {
+            if !is_env_name(name) {
                 return Err(ConfigError::new(
-                    "target",
-                    "set exactly one of template_file and template",
-                ))
+                    format!("target.env_arguments[{i}]"),
+                    "must be letters, digits and _ and not start with a digit",
+                ));
             }
-            (Some(path), None) => {
+            if self.env_arguments[..i].contains(name) {
+                return Err(ConfigError::new(
+                    format!("target.env_arguments[{i}]"),
+                    format!("{name} is named twice"),
+                ));
+            }
+        }
+        let (source, container) = if let Some(cronjob) = &self.from_cronjob {
+            check_object_name(cronjob).map_err(|m| ConfigError::new("target.from_cronjob", m))?;
+            if let Some(name) = &self.container {
+                if check_dns_label(name).is_err() {
+                    return Err(ConfigError::new(
+                        "target.container",
+                        format!("{name:?} is not a container name"),
+                    ));
+                }
+            }
+            self.check_options(&[])?;
+            (Source::CronJob(cronjob.clone()), self.container.clone())
+        } else {
+            let template = self.load_template(namespace)?;
+            let key = if self.template_file.is_some() {
+                "target.template_file"
+            } else {
+                "target.template"
+            };
+            let container = self.check_template(&template, key)?;
+            (Source::Template(Box::new(template)), Some(container))
+        };
+        let args_json_env = match (&self.args_env_prefix, &self.args_json_env) {
+            (None, None) => Some(DEFAULT_ARGS_JSON_ENV.to_owned()),
+            (_, json) => json.clone(),
+        };
+        let approval = match &self.approval {
+            None => None,
+            Some(a) => {
+                if a.message.trim().is_empty() {
+                    return Err(ConfigError::new(
+                        "target.approval.message",
+                        "must not be empty",
+                    ));
+                }
+                let schema = a
+                    .schema
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+                if schema.get("type").and_then(Value::as_str) != Some("object") {
+                    return Err(ConfigError::new(
+                        "target.approval.schema",
+                        "must be an object schema (type = \"object\")",
+                    ));
+                }
+                Some(ApprovalGate {
+                    message: a.message.clone(),
+                    schema,
+                })
+            }
+        };
+        let log_lines = self.log_lines.unwrap_or(DEFAULT_LOG_LINES);
+        if log_lines > MAX_LOG_LINES {
+            return Err(ConfigError::new(
+                "target.log_lines",
+                format!("at most {MAX_LOG_LINES}"),
+            ));
+        }
+        Ok(Bound {
+            source,
+            target: self.clone(),
+            container,
+            env_arguments: self.env_arguments.clone(),
+            args_env_prefix: self.args_env_prefix.clone(),
+            args_json_env,
+            approval,
+            cancel: self.cancel,
+            log_lines,
+        })
+    }
+
+    /// Loads and parses the configured template (`template_file` or `template`).
+    fn load_template(&self, namespace: &str) -> Result<Job, ConfigError> {
+        let (key, value) = match (&self.template_file, &self.template) {
+            (Some(path), _) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     ConfigError::new(
                         "target.template_file",
@@ -213,9 +349,20 @@ impl ToolTarget {
                 "target.template",
                 Ok(Value::Object(table.clone().into_iter().collect())),
             ),
+            (None, None) => return Err(ConfigError::new("target", "no template")),
         };
         let value = value.map_err(|m| ConfigError::new(key, m))?;
-        let template = parse_job(value, namespace).map_err(|m| ConfigError::new(key, m))?;
+        parse_job(value, namespace).map_err(|m| ConfigError::new(key, m))
+    }
+
+    /// Checks the options against a Job template (the configured one when the
+    /// tool is bound; a CronJob's at each start) and returns the container that
+    /// receives the arguments. `key` names the template in errors.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] keyed relative to the tool.
+    pub(crate) fn check_template(&self, template: &Job, key: &str) -> Result<String, ConfigError> {
         let containers = template
             .spec
             .as_ref()
@@ -244,13 +391,41 @@ impl ToolTarget {
                 .map(|c| c.name.clone())
                 .ok_or_else(|| ConfigError::new(key, "the pod template has no containers"))?,
         };
-        // The container's own variables: no argument may replace one.
-        let own: Vec<&str> = containers
+        // The container's own variables: no argument may replace one, but
+        // those the operator named in env_arguments.
+        let env = containers
             .iter()
             .find(|c| c.name == container)
-            .and_then(|c| c.env.as_ref())
-            .map(|env| env.iter().map(|e| e.name.as_str()).collect())
+            .and_then(|c| c.env.as_deref())
             .unwrap_or_default();
+        for (i, name) in self.env_arguments.iter().enumerate() {
+            match env.iter().find(|e| &e.name == name) {
+                Some(var) if var.value_from.is_none() => {}
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        format!("target.env_arguments[{i}]"),
+                        format!(
+                            "{name} of container {container} takes its value from a source \
+                             (valueFrom), which an argument may not replace"
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        format!("target.env_arguments[{i}]"),
+                        format!("container {container} has no variable {name}"),
+                    ))
+                }
+            }
+        }
+        let own: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        self.check_options(&own)?;
+        Ok(container)
+    }
+
+    /// Checks the argument options against the container's own variable
+    /// names `own` (none known yet for a CronJob at bind time).
+    fn check_options(&self, own: &[&str]) -> Result<(), ConfigError> {
         if let Some(prefix) = &self.args_env_prefix {
             if prefix.is_empty() {
                 return Err(ConfigError::new(
@@ -306,51 +481,7 @@ impl ToolTarget {
                 format!("the container already has {DEFAULT_ARGS_JSON_ENV}: set args_json_env to another name"),
             ));
         }
-        let args_json_env = match (&self.args_env_prefix, &self.args_json_env) {
-            (None, None) => Some(DEFAULT_ARGS_JSON_ENV.to_owned()),
-            (_, json) => json.clone(),
-        };
-        let approval = match &self.approval {
-            None => None,
-            Some(a) => {
-                if a.message.trim().is_empty() {
-                    return Err(ConfigError::new(
-                        "target.approval.message",
-                        "must not be empty",
-                    ));
-                }
-                let schema = a
-                    .schema
-                    .clone()
-                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-                if schema.get("type").and_then(Value::as_str) != Some("object") {
-                    return Err(ConfigError::new(
-                        "target.approval.schema",
-                        "must be an object schema (type = \"object\")",
-                    ));
-                }
-                Some(ApprovalGate {
-                    message: a.message.clone(),
-                    schema,
-                })
-            }
-        };
-        let log_lines = self.log_lines.unwrap_or(DEFAULT_LOG_LINES);
-        if log_lines > MAX_LOG_LINES {
-            return Err(ConfigError::new(
-                "target.log_lines",
-                format!("at most {MAX_LOG_LINES}"),
-            ));
-        }
-        Ok(Bound {
-            template,
-            container,
-            args_env_prefix: self.args_env_prefix.clone(),
-            args_json_env,
-            approval,
-            cancel: self.cancel,
-            log_lines,
-        })
+        Ok(())
     }
 }
 
@@ -399,6 +530,23 @@ fn is_env_name(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Checks an object name that is an RFC 1123 DNS subdomain of at most 52
+/// characters (a CronJob's name: its Jobs' names add 11).
+///
+/// # Errors
+///
+/// What is wrong with `name`.
+pub(crate) fn check_object_name(name: &str) -> Result<(), String> {
+    let ok = name.len() <= 52 && name.split('.').all(|part| check_dns_label(part).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a CronJob name (lowercase letters, digits, '-' and '.', at most 52)"
+        ))
+    }
 }
 
 /// Checks an RFC 1123 DNS label (namespaces, Job names).
@@ -460,12 +608,12 @@ mod tests {
     #[test]
     fn a_yaml_template_binds_with_defaults() {
         let b = target(json!({"template": YAML})).unwrap();
-        assert_eq!(b.container, "main");
+        assert_eq!(b.container.as_deref(), Some("main"));
         assert_eq!(b.args_json_env.as_deref(), Some(DEFAULT_ARGS_JSON_ENV));
         assert_eq!(b.cancel, CancelMode::Stop);
         assert_eq!(b.log_lines, DEFAULT_LOG_LINES);
         let b = target(json!({"template": YAML, "container": "side", "args_env_prefix": "ARG_", "cancel": "suspend"})).unwrap();
-        assert_eq!(b.container, "side");
+        assert_eq!(b.container.as_deref(), Some("side"));
         assert_eq!(b.args_json_env, None);
         assert_eq!(b.cancel, CancelMode::Suspend);
     }
@@ -474,7 +622,7 @@ mod tests {
     fn a_table_template_binds() {
         let table = json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
         let b = target(json!({"template": table, "approval": {"message": "Go?"}})).unwrap();
-        assert_eq!(b.container, "c");
+        assert_eq!(b.container.as_deref(), Some("c"));
         assert_eq!(b.approval.unwrap().schema["type"], "object");
     }
 
@@ -547,11 +695,52 @@ mod tests {
                 "target.approval.schema",
             ),
             (json!({"template": YAML, "unknown": 1}), "target.unknown"),
+            (json!({"template": YAML, "from_cronjob": "c"}), "target"),
+            (json!({"from_cronjob": "Bad_Name"}), "target.from_cronjob"),
+            (
+                json!({"from_cronjob": "a".repeat(53)}),
+                "target.from_cronjob",
+            ),
+            (
+                json!({"from_cronjob": "c", "container": "A B"}),
+                "target.container",
+            ),
+            (
+                json!({"from_cronjob": "c", "env_arguments": ["1X"]}),
+                "target.env_arguments[0]",
+            ),
+            (
+                json!({"from_cronjob": "c", "env_arguments": ["X", "X"]}),
+                "target.env_arguments[1]",
+            ),
+            (
+                json!({"from_cronjob": "c", "args_env_prefix": ""}),
+                "target.args_env_prefix",
+            ),
+            // A template variable from a Secret is never an argument's.
+            (
+                json!({"template": OWN_ENV, "env_arguments": ["DB_PASSWORD"]}),
+                "target.env_arguments[0]",
+            ),
+            (
+                json!({"template": YAML, "env_arguments": ["NOPE"]}),
+                "target.env_arguments[0]",
+            ),
         ];
         for (v, key) in cases {
             let err = target(v.clone()).unwrap_err();
             assert_eq!(err.key, key, "{v}: {err}");
         }
+    }
+
+    #[test]
+    fn a_cronjob_target_binds_without_a_template() {
+        let b =
+            target(json!({"from_cronjob": "nightly.report", "env_arguments": ["REGION"]})).unwrap();
+        assert!(matches!(&b.source, Source::CronJob(n) if n == "nightly.report"));
+        assert_eq!(b.container, None);
+        assert_eq!(b.env_arguments, ["REGION"]);
+        assert_eq!(b.args_json_env.as_deref(), Some(DEFAULT_ARGS_JSON_ENV));
     }
 
     #[test]

@@ -9,28 +9,30 @@
 
 mod api;
 mod config;
+mod discover;
 mod logs;
 mod resource;
 mod translate;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 use taskgate_engine::{
-    async_trait, Capabilities, ConfigError, Engine, EngineError, InputAction, InputResponse,
-    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    async_trait, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine, EngineError,
+    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use config::{Approval, CancelMode, EngineSettings, InlineTemplate, ToolTarget};
 pub use resource::{ArgumentPlace, PhaseMapping, Preset, ResourceTarget};
 
 use api::{Created, KubeClient};
-use config::{check_dns_label, Bound};
+use config::{check_dns_label, Bound, Source};
 use translate::{
-    canonical, label, label_value, missing_permissions, permission_name, phase, render_job,
-    result_pod, same_job, snapshot, terminated, Phase, PodOutcome, ANN_APPROVAL,
+    canonical, cronjob_job, label, label_value, missing_permissions, permission_name, phase,
+    render_job, result_pod, same_job, snapshot, terminated, Phase, PodOutcome, ANN_APPROVAL,
     ANN_APPROVAL_ANSWER, ANN_CANCELLED, APPROVAL_ACCEPTED, APPROVAL_KEY, LABEL_TOOL,
     LOG_LIMIT_BYTES, REQUIRED_PERMISSIONS,
 };
@@ -124,6 +126,83 @@ impl Engine for KubernetesEngine {
         }
         Ok(findings)
     }
+
+    /// CronJobs (one list of at most [`discover::MAX_CRONJOBS`]; suspended
+    /// ones only with `all`) and Argo WorkflowTemplates (one list of at most
+    /// [`discover::MAX_WORKFLOW_TEMPLATES`]; none when the API server does not
+    /// serve them or taskgate may not list them) of the engine's namespace,
+    /// each list under a deadline of [`discover::CALL_TIMEOUT`].
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        let ns = self.client.namespace();
+        let (cronjobs, more) = within(
+            "list cronjobs",
+            self.client.list_cronjobs(discover::MAX_CRONJOBS),
+        )
+        .await?;
+        let mut found: Vec<Discovered> = cronjobs
+            .iter()
+            .filter_map(|c| discover::cronjob_tool(c, ns, options))
+            .collect();
+        if more {
+            if let Some(last) = found.last_mut() {
+                last.notes.push(format!(
+                    "only the first {} CronJobs of namespace {ns} were read",
+                    discover::MAX_CRONJOBS
+                ));
+            }
+        }
+        let templates = kube::core::ApiResource {
+            group: "argoproj.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "argoproj.io/v1alpha1".into(),
+            kind: "WorkflowTemplate".into(),
+            plural: "workflowtemplates".into(),
+        };
+        match within(
+            "list workflowtemplates",
+            self.client
+                .list_objects(&templates, discover::MAX_WORKFLOW_TEMPLATES),
+        )
+        .await
+        {
+            Ok((items, more)) => {
+                let start = found.len();
+                found.extend(
+                    items
+                        .iter()
+                        .filter_map(|t| discover::workflow_template_tool(t, ns)),
+                );
+                if more && found.len() > start {
+                    if let Some(last) = found.last_mut() {
+                        last.notes.push(format!(
+                            "only the first {} WorkflowTemplates of namespace {ns} were read",
+                            discover::MAX_WORKFLOW_TEMPLATES
+                        ));
+                    }
+                }
+            }
+            // No Argo here, or no permission to list its templates: CronJobs only.
+            Err(EngineError::NotFound) => {}
+            Err(e @ EngineError::PermissionDenied { .. }) => {
+                tracing::warn!(error = %e, "discover skips Argo WorkflowTemplates");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(found)
+    }
+}
+
+/// `call` under the deadline of a discover read.
+async fn within<T>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
+    tokio::time::timeout(discover::CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| EngineError::DeadlineExceeded {
+            operation,
+            after: discover::CALL_TIMEOUT,
+        })?
 }
 
 /// A tool bound to a Job template. Made by [`KubernetesEngine`]'s
@@ -175,7 +254,7 @@ impl KubernetesPipeline {
         let Some(uid) = job.metadata.uid.as_deref() else {
             return Ok(None);
         };
-        let container = self.bound.container.clone();
+        let container = self.container_of(job);
         let pods = match self.client.job_pods(uid).await {
             Ok(pods) => pods,
             Err(e) if e.is_retryable() => return Err(e),
@@ -255,6 +334,55 @@ impl KubernetesPipeline {
         })
     }
 
+    /// The container whose result and log a run reports: the configured or
+    /// resolved one, else (a CronJob's Job) the first of the Job's pod.
+    fn container_of(&self, job: &Job) -> String {
+        self.bound.container.clone().unwrap_or_else(|| {
+            job.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .map(|c| c.name.clone())
+                .unwrap_or_default()
+        })
+    }
+
+    /// The Job template of a call and the container that receives the
+    /// arguments: the configured template, or the CronJob's job template,
+    /// read now (one GET) and checked against the target.
+    async fn template(&self) -> Result<(Cow<'_, Job>, String), EngineError> {
+        match &self.bound.source {
+            Source::Template(template) => Ok((
+                Cow::Borrowed(template.as_ref()),
+                self.bound.container.clone().unwrap_or_default(),
+            )),
+            Source::CronJob(name) => {
+                let ns = self.client.namespace();
+                let cronjob = match self.client.get_cronjob(name).await {
+                    Ok(cronjob) => cronjob,
+                    Err(EngineError::NotFound) => {
+                        return Err(EngineError::internal(format!(
+                            "the tool's CronJob {name} is not in namespace {ns}; ask the operator"
+                        )))
+                    }
+                    Err(e) => return Err(e),
+                };
+                let job = cronjob_job(&cronjob).map_err(EngineError::internal)?;
+                let container = self
+                    .bound
+                    .target
+                    .check_template(&job, "target.from_cronjob")
+                    .map_err(|e| {
+                        EngineError::internal(format!(
+                            "the job template of CronJob {name} does not fit the tool's target \
+                             ({e}); ask the operator"
+                        ))
+                    })?;
+                Ok((Cow::Owned(job), container))
+            }
+        }
+    }
+
     fn not_outstanding(key: &str) -> EngineError {
         EngineError::Conflict {
             message: format!("input request {key:?} is not outstanding"),
@@ -279,8 +407,11 @@ impl Pipeline for KubernetesPipeline {
         check_dns_label(&request.run_name)
             .map_err(|message| EngineError::InvalidInput { message })?;
         let keep_alive = request.keep_alive.or(self.keep_alive);
+        let (template, container) = self.template().await?;
         let job = render_job(
             &self.bound,
+            &template,
+            &container,
             &self.tool,
             self.client.namespace(),
             &request,
@@ -476,8 +607,11 @@ impl Pipeline for KubernetesPipeline {
             keep_alive: None,
             trace: None,
         };
+        let (template, container) = self.template().await?;
         let mut job = render_job(
             &self.bound,
+            &template,
+            &container,
             &self.tool,
             self.client.namespace(),
             &request,

@@ -8,16 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authorization::v1::ResourceRule;
-use k8s_openapi::api::batch::v1::{Job, JobCondition};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 use taskgate_engine::{
-    arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState, Snapshot,
-    StartRequest, ToolOutput, TraceContext,
+    arg_env_value, arguments_env, spec_hash, EngineError, InputRequest, Progress, RunState,
+    Snapshot, StartRequest, ToolOutput, TraceContext,
 };
 
-use crate::config::{ApprovalGate, Bound};
+use crate::config::{ApprovalGate, Bound, Source};
 
 /// Label: the tool that started the Job.
 pub(crate) const LABEL_TOOL: &str = "taskgate.io/tool";
@@ -127,12 +128,20 @@ pub(crate) fn argument_env(bound: &Bound, arguments: &Value) -> Result<Vec<EnvVa
 /// [`EngineError::InvalidInput`] from [`argument_env`].
 pub(crate) fn render_job(
     bound: &Bound,
+    template: &Job,
+    container: &str,
     tool: &str,
     namespace: &str,
     request: &StartRequest,
     keep_alive: Option<Duration>,
 ) -> Result<Job, EngineError> {
-    let mut job = bound.template.clone();
+    let mut job = template.clone();
+    // A CronJob's Job keeps the owner reference `cronjob_job` made; a
+    // configured template never brings one.
+    let owners = match &bound.source {
+        Source::CronJob(_) => job.metadata.owner_references.take(),
+        Source::Template(_) => None,
+    };
     let meta = &mut job.metadata;
     meta.name = Some(request.run_name.clone());
     meta.generate_name = None;
@@ -141,7 +150,7 @@ pub(crate) fn render_job(
     meta.uid = None;
     meta.creation_timestamp = None;
     meta.managed_fields = None;
-    meta.owner_references = None;
+    meta.owner_references = owners;
     let labels = meta.labels.get_or_insert_with(BTreeMap::new);
     labels.insert(LABEL_TOOL.into(), label_value(tool));
     labels.insert(LABEL_CALLER.into(), label_value(&request.caller_tag));
@@ -156,17 +165,34 @@ pub(crate) fn render_job(
     }
     let env = argument_env(bound, &request.arguments)?;
     if let Some(pod) = spec.template.spec.as_mut() {
-        if let Some(container) = pod
-            .containers
-            .iter_mut()
-            .find(|c| c.name == bound.container)
-        {
+        if let Some(container) = pod.containers.iter_mut().find(|c| c.name == container) {
             let existing = container.env.get_or_insert_with(Vec::new);
+            // The variables the operator opened to arguments (env_arguments):
+            // literal values only (checked with the template).
+            for var in existing.iter_mut() {
+                if var.value_from.is_none() && bound.env_arguments.contains(&var.name) {
+                    if let Some(value) = request.arguments.get(&var.name) {
+                        var.value = Some(arg_env_value(value));
+                    }
+                }
+            }
             let own: BTreeSet<String> = existing.iter().map(|e| e.name.clone()).collect();
             existing.extend(env.into_iter().filter(|e| !own.contains(&e.name)));
         }
     }
-    let hash = spec_hash(&serde_json::to_vec(&job.spec).unwrap_or_default());
+    let hash = match &bound.source {
+        Source::Template(_) => spec_hash(&serde_json::to_vec(&job.spec).unwrap_or_default()),
+        // What the call decides: the CronJob's template may be edited between
+        // a start and its retry, which still finds the Job it made.
+        Source::CronJob(name) => {
+            let decided = serde_json::json!({
+                "from_cronjob": name,
+                "arguments": canonical(&request.arguments),
+                "approval": bound.approval.is_some(),
+            });
+            spec_hash(decided.to_string().as_bytes())
+        }
+    };
     let annotations = job.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ANN_SPEC_HASH.into(), hash);
     if bound.approval.is_some() {
@@ -219,6 +245,62 @@ pub(crate) fn add_trace(job: &mut Job, trace: &TraceContext) {
             });
         }
     }
+}
+
+/// The annotation `kubectl create job --from=cronjob/NAME` sets on the Job.
+pub(crate) const ANN_INSTANTIATE: &str = "cronjob.kubernetes.io/instantiate";
+
+/// The Job that runs `cronjob`'s job template once, now, as `kubectl create
+/// job --from=cronjob/NAME` makes it: the template's labels, annotations and
+/// spec, the annotation `cronjob.kubernetes.io/instantiate: manual`, and the
+/// CronJob as controlling owner. [`render_job`] names and fills it in.
+///
+/// # Errors
+///
+/// What is wrong with the CronJob (no uid, no job template, no containers).
+pub(crate) fn cronjob_job(cronjob: &CronJob) -> Result<Job, String> {
+    let name = cronjob.metadata.name.clone().unwrap_or_default();
+    let uid = cronjob
+        .metadata
+        .uid
+        .clone()
+        .ok_or_else(|| format!("the CronJob {name} has no uid"))?;
+    let spec = &cronjob.spec;
+    let template = &spec.job_template;
+    let job_spec = template
+        .spec
+        .clone()
+        .ok_or_else(|| format!("the job template of CronJob {name} has no spec"))?;
+    if job_spec
+        .template
+        .spec
+        .as_ref()
+        .is_none_or(|p| p.containers.is_empty())
+    {
+        return Err(format!(
+            "the job template of CronJob {name} has no containers"
+        ));
+    }
+    let from = template.metadata.clone().unwrap_or_default();
+    let mut annotations = from.annotations.unwrap_or_default();
+    annotations.insert(ANN_INSTANTIATE.into(), "manual".into());
+    Ok(Job {
+        metadata: ObjectMeta {
+            labels: from.labels,
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "CronJob".into(),
+                name,
+                uid,
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(job_spec),
+        status: None,
+    })
 }
 
 /// The value of annotation `key` of `job`.
@@ -946,6 +1028,23 @@ mod tests {
             .unwrap()
     }
 
+    /// [`render_job`] of a tool with a configured template.
+    fn render_tpl(
+        bound: &Bound,
+        tool: &str,
+        namespace: &str,
+        request: &StartRequest,
+        keep_alive: Option<Duration>,
+    ) -> Result<Job, EngineError> {
+        let Source::Template(template) = &bound.source else {
+            panic!("not a template")
+        };
+        let container = bound.container.clone().unwrap();
+        render_job(
+            bound, template, &container, tool, namespace, request, keep_alive,
+        )
+    }
+
     fn request(arguments: Value) -> StartRequest {
         StartRequest {
             run_name: "tg-abc".into(),
@@ -960,7 +1059,7 @@ mod tests {
     fn rendering_edits_the_job_object() {
         let b = bound(json!({"args_env_prefix": "ARG_", "args_json_env": "ARGS"}));
         let args = json!({"dataset": "sales", "limit": 5, "opts": {"b": 1, "a": 2}, "x-y": true});
-        let job = render_job(
+        let job = render_tpl(
             &b,
             "analyze",
             "jobs",
@@ -1014,7 +1113,7 @@ mod tests {
     fn arguments_never_replace_the_templates_variables() {
         let mut b = bound(json!({"args_env_prefix": "ARG_"}));
         b.args_env_prefix = Some(String::new());
-        let job = render_job(
+        let job = render_tpl(
             &b,
             "t",
             "jobs",
@@ -1035,7 +1134,7 @@ mod tests {
         assert!(env.iter().any(|e| e.name == "NEW"));
 
         let b = bound(json!({"args_env_prefix": "ARG_"}));
-        let err = render_job(
+        let err = render_tpl(
             &b,
             "t",
             "jobs",
@@ -1052,12 +1151,12 @@ mod tests {
     #[test]
     fn the_spec_hash_tells_equal_calls_from_different_ones() {
         let b = bound(json!({}));
-        let one = render_job(&b, "t", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
+        let one = render_tpl(&b, "t", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
         let same: Value = serde_json::from_str(r#"{"b": 2, "a": 1}"#).unwrap();
-        let two = render_job(&b, "t", "jobs", &request(same), None).unwrap();
-        let other = render_job(&b, "t", "jobs", &request(json!({"a": 2})), None).unwrap();
+        let two = render_tpl(&b, "t", "jobs", &request(same), None).unwrap();
+        let other = render_tpl(&b, "t", "jobs", &request(json!({"a": 2})), None).unwrap();
         let other_tool =
-            render_job(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
+            render_tpl(&b, "u", "jobs", &request(json!({"a": 1, "b": 2})), None).unwrap();
         assert!(same_job(&one, &two));
         assert!(!same_job(&one, &other));
         assert!(!same_job(&one, &other_tool));
@@ -1100,10 +1199,10 @@ mod tests {
     #[test]
     fn the_trace_context_enters_every_container_but_not_the_spec_hash() {
         let b = bound(json!({"args_env_prefix": "ARG_"}));
-        let plain = render_job(&b, "t", "jobs", &request(json!({"a": 1})), None).unwrap();
+        let plain = render_tpl(&b, "t", "jobs", &request(json!({"a": 1})), None).unwrap();
         let mut traced = request(json!({"a": 1}));
         traced.trace = Some(TraceContext::new(TRACEPARENT, Some("vendor=abc")).unwrap());
-        let job = render_job(&b, "t", "jobs", &traced, None).unwrap();
+        let job = render_tpl(&b, "t", "jobs", &traced, None).unwrap();
         for i in [0, 1] {
             let env = env_of(&job, i);
             assert!(
@@ -1132,7 +1231,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let other_trace = render_job(&b, "t", "jobs", &traced, None).unwrap();
+        let other_trace = render_tpl(&b, "t", "jobs", &traced, None).unwrap();
         assert!(same_job(&job, &other_trace));
         assert_eq!(annotation(&other_trace, ANN_TRACESTATE), None);
         assert_eq!(annotation(&plain, ANN_TRACEPARENT), None);
@@ -1140,8 +1239,10 @@ mod tests {
 
         // A container that sets the variable itself keeps its own.
         let mut own = bound(json!({"args_env_prefix": "ARG_"}));
-        let pod = own
-            .template
+        let Source::Template(template) = &mut own.source else {
+            panic!("not a template")
+        };
+        let pod = template
             .spec
             .as_mut()
             .unwrap()
@@ -1155,7 +1256,7 @@ mod tests {
             value_from: None,
         }]);
         traced.trace = Some(TraceContext::new(TRACEPARENT, Some("vendor=abc")).unwrap());
-        let job = render_job(&own, "t", "jobs", &traced, None).unwrap();
+        let job = render_tpl(&own, "t", "jobs", &traced, None).unwrap();
         assert_eq!(
             env_of(&job, 1),
             vec![("TRACEPARENT".into(), Some("operator".into()))]
@@ -1169,7 +1270,7 @@ mod tests {
             json!({"approval": {"message": "Go?"}, "cancel": "suspend", "container": "side"}),
         );
         assert_eq!(b.cancel, CancelMode::Suspend);
-        let job = render_job(&b, "t", "jobs", &request(json!({})), None).unwrap();
+        let job = render_tpl(&b, "t", "jobs", &request(json!({})), None).unwrap();
         assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
         assert_eq!(annotation(&job, ANN_APPROVAL), Some(APPROVAL_PENDING));
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -1186,5 +1287,86 @@ mod tests {
             let v = label_value(bad);
             assert!(v.starts_with("h-") && v.len() == 18, "{bad} -> {v}");
         }
+    }
+
+    /// `kubectl create job --from=cronjob/NAME`'s Job: the job template, the
+    /// manual annotation, the CronJob as controller; `env_arguments` replace
+    /// only the variables named; a retry finds the same Job even after the
+    /// CronJob's template changed.
+    #[test]
+    fn a_cronjob_job_is_made_like_kubectl_does() {
+        let cronjob = |image: &str| -> CronJob {
+            serde_json::from_value(json!({
+                "metadata": {"name": "nightly", "uid": "u-1", "namespace": "jobs"},
+                "spec": {"schedule": "@daily", "jobTemplate": {
+                    "metadata": {"labels": {"team": "data"}},
+                    "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "main", "image": image, "env": [
+                            {"name": "REGION", "value": "eu"},
+                            {"name": "KEEP", "value": "k"},
+                            {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}
+                        ]}
+                    ]}}}
+                }}
+            }))
+            .unwrap()
+        };
+        let b = serde_json::from_value::<ToolTarget>(
+            json!({"from_cronjob": "nightly", "env_arguments": ["REGION"]}),
+        )
+        .unwrap()
+        .validate("jobs")
+        .unwrap();
+        let render = |cj: &CronJob, args: Value| {
+            let template = cronjob_job(cj).unwrap();
+            let container = b.target.check_template(&template, "t").unwrap();
+            render_job(&b, &template, &container, "t", "jobs", &request(args), None).unwrap()
+        };
+        let job = render(&cronjob("a"), json!({"REGION": "us", "KEEP": "x"}));
+        assert_eq!(annotation(&job, ANN_INSTANTIATE), Some("manual"));
+        assert_eq!(label(&job, "team"), Some("data"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str(),
+                owner.controller
+            ),
+            ("CronJob", "nightly", "u-1", Some(true))
+        );
+        let env = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let value = |n: &str| env.iter().find(|e| e.name == n).unwrap().value.clone();
+        assert_eq!(value("REGION").as_deref(), Some("us"));
+        assert_eq!(value("KEEP").as_deref(), Some("k"));
+        assert_eq!(value("DB"), None);
+        // The same call after the CronJob's image changed: the same Job.
+        let again = render(&cronjob("b"), json!({"KEEP": "x", "REGION": "us"}));
+        assert!(same_job(&job, &again));
+        let other = render(&cronjob("a"), json!({"REGION": "ap"}));
+        assert!(!same_job(&job, &other));
+        // A variable from a Secret may not be opened to arguments.
+        let bad = serde_json::from_value::<ToolTarget>(
+            json!({"from_cronjob": "nightly", "env_arguments": ["DB"]}),
+        )
+        .unwrap()
+        .validate("jobs")
+        .unwrap();
+        let err = bad
+            .target
+            .check_template(&cronjob_job(&cronjob("a")).unwrap(), "target.from_cronjob")
+            .unwrap_err();
+        assert_eq!(err.key, "target.env_arguments[0]");
     }
 }

@@ -1229,3 +1229,272 @@ async fn the_minimal_role_suffices_and_less_is_named() {
     assert!(t[1].contains("permission denied for get pods/log"), "{t:?}");
     c.done().await;
 }
+
+/// A CronJob whose job template's pod runs for `duration` and ends with
+/// `message` as its termination message (kwok stages), with one literal
+/// variable and one from a Secret.
+fn cronjob(name: &str, suspend: bool, image: &str, duration: &str, message: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "annotations": {"description": format!("Runs {name}\n[server]")}},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "suspend": suspend,
+            "jobTemplate": {
+                "metadata": {"labels": {"team": "data"}},
+                "spec": {"backoffLimit": 0, "template": {
+                    "metadata": {"annotations": {
+                        "taskgate.test/duration": duration,
+                        "taskgate.test/termination-message": message,
+                    }},
+                    "spec": {"restartPolicy": "Never", "containers": [{
+                        "name": "main", "image": image,
+                        "env": [
+                            {"name": "REGION", "value": "eu-west-1"},
+                            {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "hunter2-key"}}}
+                        ]
+                    }]}
+                }}
+            }
+        }
+    })
+}
+
+async fn create_cronjob(c: &Cluster, object: Value) -> k8s_openapi::api::batch::v1::CronJob {
+    let cronjob: k8s_openapi::api::batch::v1::CronJob = serde_json::from_value(object).unwrap();
+    Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &cronjob)
+        .await
+        .unwrap()
+}
+
+fn decl(name: &str, target: Value, input_schema: Value) -> ToolDecl {
+    ToolDecl {
+        name: name.into(),
+        target,
+        input_schema,
+        keep_alive: None,
+    }
+}
+
+/// Issue 35: `discover` lists the namespace's CronJobs (suspended ones only
+/// with `all`), each as a `from_cronjob` target this engine binds; such a
+/// tool runs the CronJob's job template once (the Job as `kubectl create job
+/// --from=cronjob/NAME` makes it), with `env_arguments` replacing only the
+/// variables named; a retry after the CronJob changed finds the same Job.
+/// The engine uses `deploy/rbac.yaml`'s Role.
+#[tokio::test]
+async fn a_discovered_cronjob_runs_its_job_template_on_demand() {
+    let Some(c) = Cluster::new("cronjob").await else {
+        return;
+    };
+    let made = create_cronjob(
+        &c,
+        cronjob("nightly", false, "busybox:fake", "1s", "{\"rows\": 7}"),
+    )
+    .await;
+    create_cronjob(&c, cronjob("paused", true, "busybox:fake", "1s", "{}")).await;
+    let engine = c.engine().await;
+    let names = |found: &[taskgate_engine::Discovered]| -> Vec<String> {
+        found.iter().map(|d| d.name.clone()).collect()
+    };
+    let plain = engine.discover(&Default::default()).await.unwrap();
+    assert_eq!(names(&plain), ["nightly"]);
+    assert_eq!(plain[0].target, json!({"from_cronjob": "nightly"}));
+    assert_eq!(plain[0].description, "Runs nightly\n[server]");
+    let all = engine
+        .discover(&taskgate_engine::DiscoverOptions {
+            all: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&all), ["nightly", "paused"]);
+    let found = engine
+        .discover(&taskgate_engine::DiscoverOptions {
+            args_from_env: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let tool = &found[0];
+    assert_eq!(tool.target["env_arguments"], json!(["REGION"]));
+    assert_eq!(
+        tool.input_schema["properties"]["REGION"]["default"],
+        "eu-west-1"
+    );
+    let shown = serde_json::to_string(&found[0].notes).unwrap()
+        + &tool.input_schema.to_string()
+        + &tool.target.to_string();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(
+        tool.notes.iter().any(|n| n.contains("DB_PASSWORD")),
+        "{:?}",
+        tool.notes
+    );
+    // Every discovered target binds on this engine.
+    for d in plain.iter().chain(&all).chain(&found) {
+        engine
+            .bind(&decl("t", d.target.clone(), d.input_schema.clone()))
+            .unwrap_or_else(|e| panic!("{}: {e}", d.target));
+    }
+    let p = engine
+        .bind(&decl(
+            "nightly",
+            tool.target.clone(),
+            tool.input_schema.clone(),
+        ))
+        .unwrap();
+    let req = request("tg-cron-1", json!({"REGION": "us-east-2"}));
+    let run = p.start(req.clone()).await.unwrap();
+    let job = c.jobs().get(&run).await.unwrap();
+    let annotations = job.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations["cronjob.kubernetes.io/instantiate"], "manual");
+    let owner = &job.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(owner.kind, "CronJob");
+    assert_eq!(owner.name, "nightly");
+    assert_eq!(Some(&owner.uid), made.metadata.uid.as_ref());
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(job.metadata.labels.clone().unwrap()["team"], "data");
+    let env = job.spec.clone().unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let region = env.iter().find(|e| e.name == "REGION").unwrap();
+    assert_eq!(region.value.as_deref(), Some("us-east-2"));
+    let secret = env.iter().find(|e| e.name == "DB_PASSWORD").unwrap();
+    assert!(secret.value.is_none() && secret.value_from.is_some());
+    // The CronJob is edited; a retry of the same call is still the same run,
+    // another call under that name is a conflict.
+    let cronjobs = Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(c.admin.clone(), &c.ns);
+    let patch = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [
+        {"name": "main", "image": "busybox:other"}]}}}}}});
+    cronjobs
+        .patch(
+            "nightly",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&patch),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.start(req).await.unwrap(), run);
+    assert!(matches!(
+        p.start(request("tg-cron-1", json!({"REGION": "ap"}))).await,
+        Err(EngineError::Conflict { .. })
+    ));
+    let output = completed(p.as_ref(), &run).await;
+    assert!(!output.is_error, "{output:?}");
+    assert_eq!(output.structured, Some(json!({"rows": 7})));
+    // A tool whose CronJob is gone: a clear error, no Job.
+    let gone = engine
+        .bind(&decl(
+            "gone",
+            json!({"from_cronjob": "nope"}),
+            json!({"type": "object"}),
+        ))
+        .unwrap();
+    match gone.start(request("tg-cron-2", json!({}))).await {
+        Err(EngineError::Internal { message, .. }) => {
+            assert!(message.contains("CronJob nope"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        c.jobs().get("tg-cron-2").await,
+        Err(kube::Error::Api(s)) if s.code == 404
+    ));
+    // `check` reads the CronJob and dry-runs the Job.
+    let findings = p.check().await.unwrap();
+    assert!(findings[0].contains("dry run"), "{findings:?}");
+    c.done().await;
+}
+
+/// Issue 35: `discover` lists Argo WorkflowTemplates (when the API server
+/// serves them and taskgate may list them): their parameters become the
+/// schema of an `argo-workflow-template` target this engine binds.
+#[tokio::test]
+async fn discover_lists_argo_workflow_templates() {
+    let Some(c) = Cluster::new("wtdisc").await else {
+        return;
+    };
+    let ar = kube::core::ApiResource {
+        group: "argoproj.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "argoproj.io/v1alpha1".into(),
+        kind: "WorkflowTemplate".into(),
+        plural: "workflowtemplates".into(),
+    };
+    let templates: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(c.admin.clone(), &c.ns, &ar);
+    let object: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
+        "metadata": {"name": "etl", "annotations": {"workflows.argoproj.io/description": "Loads the warehouse"}},
+        "spec": {"entrypoint": "main",
+                 "arguments": {"parameters": [
+                     {"name": "env", "value": "staging", "enum": ["staging", "prod"], "description": "Where"},
+                     {"name": "date"}
+                 ]},
+                 "templates": [{"name": "main", "container": {"image": "busybox:fake"}}]}
+    }))
+    .unwrap();
+    match templates.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            assert!(
+                std::env::var("TASKGATE_REQUIRE_E2E").as_deref() != Ok("1"),
+                "the WorkflowTemplate CRD is not installed (scripts/argo/up.sh installs it)"
+            );
+            eprintln!("skipping: the WorkflowTemplate CRD is not installed (scripts/argo/up.sh)");
+            c.done().await;
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let engine = c.engine().await;
+    // deploy/rbac.yaml does not grant listing WorkflowTemplates: CronJobs only.
+    assert!(engine
+        .discover(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "argo-read"},
+        "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["list"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "argo-read"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "argo-read"},
+        "subjects": [{"kind": "ServiceAccount", "name": "taskgate", "namespace": c.ns}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(c.admin.clone(), &c.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let found = until("the WorkflowTemplate listed", || async {
+        match engine.discover(&Default::default()).await {
+            Ok(found) if !found.is_empty() => Ok(found),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(found.len(), 1);
+    let d = &found[0];
+    assert_eq!(d.name, "etl");
+    assert_eq!(d.description, "Loads the warehouse");
+    assert_eq!(d.input_schema["required"], json!(["date"]));
+    assert_eq!(
+        d.input_schema["properties"]["env"]["enum"],
+        json!(["staging", "prod"])
+    );
+    engine
+        .bind(&decl("etl", d.target.clone(), d.input_schema.clone()))
+        .unwrap();
+    c.done().await;
+}

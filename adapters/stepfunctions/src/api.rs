@@ -59,6 +59,8 @@ pub(crate) struct StateMachineInfo {
     pub express: bool,
     /// The Amazon States Language definition.
     pub definition: String,
+    /// The description, when it has one.
+    pub description: Option<String>,
 }
 
 /// A Step Functions client.
@@ -314,7 +316,61 @@ impl SfnClient {
         Ok(StateMachineInfo {
             express: *out.r#type() == StateMachineType::Express,
             definition: out.definition().to_owned(),
+            description: out.description().map(str::to_owned),
         })
+    }
+
+    /// One page of ListStateMachines (at most `max`): each state machine's ARN
+    /// and name, and the token of the next page.
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn list_state_machines(
+        &self,
+        max: i32,
+        next: Option<String>,
+    ) -> Result<(Vec<(String, String)>, Option<String>), EngineError> {
+        let out = self
+            .inner
+            .list_state_machines()
+            .max_results(max)
+            .set_next_token(next)
+            .send()
+            .await
+            .map_err(|e| map_error("states:ListStateMachines", e))?;
+        let items = out
+            .state_machines()
+            .iter()
+            .map(|s| (s.state_machine_arn().to_owned(), s.name().to_owned()))
+            .collect();
+        Ok((items, out.next_token().map(str::to_owned)))
+    }
+
+    /// The ARNs of the state machine's most recent executions (one page of
+    /// ListExecutions, at most `max`, newest first).
+    ///
+    /// # Errors
+    ///
+    /// See [`map_error`].
+    pub async fn recent_executions(
+        &self,
+        state_machine_arn: &str,
+        max: i32,
+    ) -> Result<Vec<String>, EngineError> {
+        let out = self
+            .inner
+            .list_executions()
+            .state_machine_arn(state_machine_arn)
+            .max_results(max)
+            .send()
+            .await
+            .map_err(|e| map_error("states:ListExecutions", e))?;
+        Ok(out
+            .executions()
+            .iter()
+            .map(|e| e.execution_arn().to_owned())
+            .collect())
     }
 
     /// ListStateMachines with at most one result: tests reachability and

@@ -8,6 +8,7 @@
 
 mod api;
 mod config;
+mod discover;
 mod translate;
 
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use taskgate_engine::{
-    async_trait, Capabilities, ConfigError, Engine, EngineError, InputAction, InputResponse,
-    LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
+    async_trait, Capabilities, ConfigError, DiscoverOptions, Discovered, Engine, EngineError,
+    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
 };
 
 pub use api::{ClientOptions, MAX_ATTEMPTS};
@@ -97,6 +98,77 @@ impl Engine for StepFunctionsEngine {
             "Step Functions answers in {} and allows states:ListStateMachines",
             self.settings.region
         )])
+    }
+
+    /// The account's Standard state machines in the region (at most
+    /// [`discover::MAX_STATE_MACHINES`], ListStateMachines pages of
+    /// [`discover::PAGE`], one DescribeStateMachine each; Express ones are
+    /// left out: they cannot run as tools). With `sample` N (at most
+    /// [`discover::MAX_SAMPLE`]) the input schema is inferred from the inputs
+    /// of the N most recent executions: one ListExecutions and N
+    /// DescribeExecution calls per state machine. Every call has the client's
+    /// deadline (`OPERATION_TIMEOUT`). Reads only.
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        let mut machines = Vec::new();
+        let mut next = None;
+        loop {
+            let (page, token) = self
+                .client
+                .list_state_machines(discover::PAGE, next)
+                .await?;
+            machines.extend(page);
+            next = token;
+            if next.is_none() || machines.len() >= discover::MAX_STATE_MACHINES {
+                break;
+            }
+        }
+        let truncated = next.is_some() || machines.len() > discover::MAX_STATE_MACHINES;
+        machines.truncate(discover::MAX_STATE_MACHINES);
+        let sample = options.sample.min(discover::MAX_SAMPLE);
+        let mut found = Vec::new();
+        for (arn, name) in machines {
+            let info = self.client.describe_state_machine(&arn).await?;
+            if info.express {
+                continue;
+            }
+            let mut samples = Vec::new();
+            let mut sampled = 0;
+            if sample > 0 {
+                let max = i32::try_from(sample).unwrap_or(i32::MAX);
+                for execution in self.client.recent_executions(&arn, max).await? {
+                    sampled += 1;
+                    let described = match self.client.describe_execution(&execution).await {
+                        Ok(e) => e,
+                        // Gone since it was listed (90 days passed): skip it.
+                        Err(EngineError::NotFound) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    if let Some(input) = described
+                        .input
+                        .as_deref()
+                        .and_then(|i| serde_json::from_str::<Value>(i).ok())
+                    {
+                        samples.push(input);
+                    }
+                }
+            }
+            let described = discover::Described {
+                arn,
+                name,
+                description: info.description,
+                definition: info.definition,
+            };
+            found.push(discover::state_machine_tool(&described, &samples, sampled));
+        }
+        if truncated {
+            if let Some(last) = found.last_mut() {
+                last.notes.push(format!(
+                    "only the first {} state machines were read",
+                    discover::MAX_STATE_MACHINES
+                ));
+            }
+        }
+        Ok(found)
     }
 }
 

@@ -790,3 +790,115 @@ async fn an_unreachable_endpoint_is_unavailable() {
         "states:DescribeExecution: Step Functions could not be reached"
     );
 }
+
+/// Issue 35: `discover` lists Standard state machines (Express ones left
+/// out), described by their definition's `Comment`; with `sample` N the
+/// input schema is inferred from the N most recent executions — types and
+/// keys every one had — and no sampled value appears anywhere in the
+/// output. Each target binds on this engine.
+#[tokio::test]
+async fn discover_infers_a_schema_from_recent_executions_without_their_values() {
+    let Some(url) = moto() else { return };
+    let definition = json!({"Comment": "Loads a dataset into the warehouse", "StartAt": "Done",
+                            "States": {"Done": {"Type": "Succeed"}}});
+    let arn = standard(&url, "discover", definition).await;
+    let express = state_machine(
+        &url,
+        "discover-express",
+        pass_wait_succeed(0),
+        StateMachineType::Express,
+    )
+    .await;
+    let secret = "sk_live_51HsecretVALUEnever-shown";
+    let inputs = [
+        json!({"dataset": "sales", "limit": 5, "api_token": secret, "opts": {"dry": true}}),
+        json!({"dataset": "hr", "limit": 7, "api_token": secret}),
+        json!({"dataset": "ops", "limit": 9.5, "api_token": secret, "tags": ["x"]}),
+        // The oldest: not among the 3 most recent, so "extra" never shows.
+    ];
+    let sfn = admin(&url);
+    sfn.start_execution()
+        .state_machine_arn(&arn)
+        .name(unique("old"))
+        .input(json!({"extra": 1}).to_string())
+        .send()
+        .await
+        .unwrap();
+    for input in &inputs {
+        // Distinct start dates, so "most recent" is well defined.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        sfn.start_execution()
+            .state_machine_arn(&arn)
+            .name(unique("run"))
+            .input(input.to_string())
+            .send()
+            .await
+            .unwrap();
+    }
+    let engine = engine(&url).await;
+    let options = taskgate_engine::DiscoverOptions {
+        sample: 3,
+        ..Default::default()
+    };
+    let found = engine.discover(&options).await.unwrap();
+    assert!(
+        found
+            .iter()
+            .all(|d| d.target["state_machine_arn"] != express),
+        "an Express state machine was listed"
+    );
+    let tool = found
+        .iter()
+        .find(|d| d.target["state_machine_arn"] == arn)
+        .expect("the state machine is listed");
+    assert!(
+        tool.description
+            .starts_with("Loads a dataset into the warehouse"),
+        "{}",
+        tool.description
+    );
+    assert!(
+        tool.description
+            .contains("inferred from the inputs of its 3"),
+        "{}",
+        tool.description
+    );
+    assert_eq!(
+        tool.input_schema,
+        json!({"type": "object",
+               "properties": {
+                   "dataset": {"type": "string"},
+                   "limit": {"type": "number"},
+                   "api_token": {"type": "string"},
+                   "opts": {"type": "object", "properties": {"dry": {"type": "boolean"}}, "required": ["dry"]},
+                   "tags": {"type": "array", "items": {"type": "string"}}
+               },
+               "required": ["api_token", "dataset", "limit"]})
+    );
+    let everything = format!("{found:?}");
+    for value in [secret, "sales", "\"hr\"", "ops", "9.5"] {
+        assert!(
+            !everything.contains(value),
+            "{value} leaked into the output"
+        );
+    }
+    // Without samples: the same tool, no schema, a note saying how to get one.
+    let plain = engine.discover(&Default::default()).await.unwrap();
+    let plain = plain
+        .iter()
+        .find(|d| d.target["state_machine_arn"] == arn)
+        .unwrap();
+    assert_eq!(plain.input_schema, json!({"type": "object"}));
+    assert!(plain.notes.iter().any(|n| n.contains("--sample")));
+    engine
+        .bind(&ToolDecl {
+            name: "load".into(),
+            target: tool.target.clone(),
+            input_schema: tool.input_schema.clone(),
+            keep_alive: None,
+        })
+        .unwrap()
+        .check()
+        .await
+        .unwrap();
+}

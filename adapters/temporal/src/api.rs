@@ -106,6 +106,7 @@ pub(crate) mod action {
     pub(crate) const TERMINATE: &str = "TerminateWorkflowExecution";
     pub(crate) const NAMESPACE: &str = "DescribeNamespace";
     pub(crate) const TASK_QUEUE: &str = "DescribeTaskQueue";
+    pub(crate) const LIST: &str = "ListWorkflowExecutions";
 }
 
 macro_rules! rpc {
@@ -265,6 +266,13 @@ impl Api {
         ws::DescribeNamespaceRequest,
         ws::DescribeNamespaceResponse,
         action::NAMESPACE
+    );
+    rpc!(
+        /// ListWorkflowExecutions (visibility; `taskgate discover`).
+        list_workflow_executions,
+        ws::ListWorkflowExecutionsRequest,
+        ws::ListWorkflowExecutionsResponse,
+        action::LIST
     );
     rpc!(
         /// DescribeTaskQueue.

@@ -15,6 +15,7 @@
 
 mod api;
 mod config;
+mod discover;
 mod translate;
 
 use std::sync::Arc;
@@ -23,9 +24,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use taskgate_engine::{
-    async_trait, from_value, spec_hash, Capabilities, ConfigError, Engine, EngineError,
-    InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest, ToolDecl,
-    MAX_CURSOR_BYTES, MAX_PAGE_BYTES,
+    async_trait, from_value, spec_hash, Capabilities, ConfigError, DiscoverOptions, Discovered,
+    Engine, EngineError, InputAction, InputResponse, LogPage, NativeRef, Pipeline, Snapshot,
+    StartRequest, ToolDecl, MAX_CURSOR_BYTES, MAX_PAGE_BYTES,
 };
 use temporalio_common::protos::temporal::api::common::v1::{
     Memo, SearchAttributes, WorkflowExecution, WorkflowType,
@@ -142,6 +143,49 @@ impl Engine for TemporalEngine {
             "Temporal namespace {} exists ({state})",
             self.api.namespace()
         )])
+    }
+
+    /// The workflow types of the namespace's most recent executions, with
+    /// their task queues: ListWorkflowExecutions, at most
+    /// [`discover::MAX_PAGES`] pages of [`discover::PAGE`], each under the
+    /// engine's `rpc_timeout`. Reads only.
+    async fn discover(&self, options: &DiscoverOptions) -> Result<Vec<Discovered>, EngineError> {
+        let _ = options;
+        let mut seen = Vec::new();
+        let mut token = Vec::new();
+        for _ in 0..discover::MAX_PAGES {
+            let page = self
+                .api
+                .list_workflow_executions(
+                    ws::ListWorkflowExecutionsRequest {
+                        namespace: self.api.namespace().to_owned(),
+                        page_size: discover::PAGE,
+                        next_page_token: token,
+                        query: String::new(),
+                    },
+                    None,
+                )
+                .await?;
+            seen.extend(page.executions.iter().map(|e| {
+                discover::Seen {
+                    workflow_type: e
+                        .r#type
+                        .as_ref()
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default(),
+                    task_queue: e.task_queue.clone(),
+                }
+            }));
+            token = page.next_page_token;
+            if token.is_empty() {
+                break;
+            }
+        }
+        Ok(discover::workflow_tools(
+            &seen,
+            self.api.namespace(),
+            seen.len(),
+        ))
     }
 }
 
