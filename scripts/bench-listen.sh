@@ -7,6 +7,9 @@
 #   BENCH_LISTEN_SHAPES=shared scripts/bench-listen.sh
 #   BENCH_LISTEN_OWN_MAX=10000 scripts/bench-listen.sh   # allow 10,000 exec runs (see below)
 #   BENCH_TASKGATE=/path/to/taskgate scripts/bench-listen.sh   # measure another build
+#   BENCH_LISTEN_ENGINE=stepfunctions BENCH_LISTEN_SFN_ARN=arn:… BENCH_LISTEN_N=100 \
+#     scripts/bench-listen.sh   # the same on Step Functions (moto: eval "$(scripts/moto/up.sh)";
+#                               # a Standard state machine whose execution waits long)
 #
 # For each N and shape, a fresh taskgate (release build, one exec tool whose
 # run sleeps an hour; bounds sized for N) on loopback, and the driver
@@ -35,6 +38,18 @@ shapes=${BENCH_LISTEN_SHAPES:-shared own}
 idle=${BENCH_LISTEN_IDLE:-60s}
 own_max=${BENCH_LISTEN_OWN_MAX:-1000}
 keep_alive=${BENCH_LISTEN_KEEP_ALIVE:-15s}
+engine=${BENCH_LISTEN_ENGINE:-exec}
+poll=${BENCH_LISTEN_POLL:-5s}
+case "$engine" in
+    exec) ;;
+    stepfunctions)
+        : "${TASKGATE_MOTO_URL:?Step Functions rows need TASKGATE_MOTO_URL (scripts/moto/up.sh)}"
+        : "${BENCH_LISTEN_SFN_ARN:?Step Functions rows need BENCH_LISTEN_SFN_ARN, a Standard state machine}"
+        export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-testing}
+        export AWS_REGION=${AWS_REGION:-us-east-1} AWS_EC2_METADATA_DISABLED=true
+        ;;
+    *) echo "BENCH_LISTEN_ENGINE is exec or stepfunctions" >&2; exit 2 ;;
+esac
 
 command -v go >/dev/null || { echo "bench-listen needs a Go toolchain for its driver (scripts/bench/listen.go)" >&2; exit 1; }
 bin="${BENCH_TASKGATE:-$root/target/release/taskgate}"
@@ -56,6 +71,38 @@ trap cleanup EXIT
 go build -o "$work/listen" scripts/bench/listen.go
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# The engine and its one tool, `bench_tool`, whose runs last an hour.
+engine_toml() {
+    if [ "$engine" = exec ]; then
+        cat <<TOML
+[engines.local]
+kind = "exec"
+spool_dir = "$work/spool"
+
+[[tools]]
+name = "bench_tool"
+engine = "local"
+mode = "async"
+poll_interval = "$poll"
+target = { command = ["/bin/sleep", "3600"] }
+TOML
+    else
+        cat <<TOML
+[engines.aws]
+kind = "stepfunctions"
+region = "${AWS_REGION}"
+endpoint_url = "$TASKGATE_MOTO_URL"
+
+[[tools]]
+name = "bench_tool"
+engine = "aws"
+mode = "async"
+poll_interval = "$poll"
+target = { state_machine_arn = "$BENCH_LISTEN_SFN_ARN" }
+TOML
+    fi
+}
+
 # serve N: a fresh taskgate whose bounds admit N streams of one caller.
 serve() {
     local n=$1 port
@@ -76,16 +123,7 @@ listen_keep_alive = "$keep_alive"
 [keys]
 seal = [{ id = "bench", dev_secret = "wVz8RLS81B/TPaYZmQgbcH6AWttroN1dkll5HivLOCA=" }]
 
-[engines.local]
-kind = "exec"
-spool_dir = "$work/spool"
-
-[[tools]]
-name = "bench_sleep"
-engine = "local"
-mode = "async"
-poll_interval = "5s"
-target = { command = ["/bin/sleep", "3600"] }
+$(engine_toml)
 TOML
     TASKGATE_LOG=info "$bin" serve --config "$work/listen.toml" 2>"$work/taskgate.log" &
     tg_pid=$!
@@ -105,16 +143,16 @@ stop() {
     pkill -f "$work/spool" 2>/dev/null || true
 }
 
-echo "taskgate $("$bin" --version | awk '{print $2}') — $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), idle window $idle, keep-alive every $keep_alive"
+echo "taskgate $("$bin" --version | awk '{print $2}') — engine $engine, poll_interval $poll, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), idle window $idle, keep-alive every $keep_alive"
 for n in $counts; do
     for shape in $shapes; do
-        if [ "$shape" = own ] && [ "$n" -gt "$own_max" ]; then
+        if [ "$shape" = own ] && [ "$engine" = exec ] && [ "$n" -gt "$own_max" ]; then
             echo "$shape, $n streams: skipping: $n exec runs need $(( 2 * n )) processes (BENCH_LISTEN_OWN_MAX=$own_max)"
             continue
         fi
         serve "$n"
         grep -o 'limit on open files[^"]*: [0-9]*' "$work/taskgate.log" | head -1 | sed 's/^/  taskgate: /' || true
-        if ! "$work/listen" -url "$url" -pid "$tg_pid" -n "$n" -shape "$shape" -idle "$idle" -hz "$(getconf CLK_TCK)" > "$work/out" 2>&1; then
+        if ! "$work/listen" -url "$url" -pid "$tg_pid" -n "$n" -shape "$shape" -tool bench_tool -idle "$idle" -hz "$(getconf CLK_TCK)" > "$work/out" 2>&1; then
             echo "$shape, $n streams: FAILED" >&2
             cat "$work/out" >&2
             tail -5 "$work/taskgate.log" >&2

@@ -317,7 +317,9 @@ impl Pipeline for ExecPipeline {
             match notice.as_mut() {
                 Some(n) => {
                     // Changes that came together are taken as one.
-                    if let Ok(Err(_)) = tokio::time::timeout(left.min(RECHECK_EVERY), n.changed()).await {
+                    if let Ok(Err(_)) =
+                        tokio::time::timeout(left.min(RECHECK_EVERY), n.changed()).await
+                    {
                         notice = None;
                     }
                 }

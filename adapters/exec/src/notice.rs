@@ -47,7 +47,9 @@ impl std::fmt::Debug for Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len();
-        f.debug_struct("Folders").field("watched", &folders).finish()
+        f.debug_struct("Folders")
+            .field("watched", &folders)
+            .finish()
     }
 }
 
@@ -217,8 +219,14 @@ mod tests {
         // of its folder and not for the other folder's.
         std::fs::write(a.join("f"), b"x").unwrap();
         let wait = Duration::from_secs(10);
-        tokio::time::timeout(wait, first.changed()).await.unwrap().unwrap();
-        tokio::time::timeout(wait, second.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(wait, first.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(wait, second.changed())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             !other.changes.has_changed().unwrap(),
             "a write in a is not a change of b"
@@ -229,7 +237,10 @@ mod tests {
         drop(second);
         assert_eq!(folders.watched(), 1);
         std::fs::write(b.join("g"), b"y").unwrap();
-        tokio::time::timeout(wait, other.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(wait, other.changed())
+            .await
+            .unwrap()
+            .unwrap();
         drop(other);
         assert_eq!(folders.watched(), 0);
     }
@@ -237,9 +248,15 @@ mod tests {
     #[test]
     fn opens_and_reads_are_not_changes() {
         use notify::event::{CreateKind, ModifyKind};
-        assert!(!is_change(EventKind::Access(AccessKind::Open(AccessMode::Any))));
-        assert!(!is_change(EventKind::Access(AccessKind::Close(AccessMode::Read))));
-        assert!(is_change(EventKind::Access(AccessKind::Close(AccessMode::Write))));
+        assert!(!is_change(EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!is_change(EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(is_change(EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
         assert!(is_change(EventKind::Create(CreateKind::File)));
         assert!(is_change(EventKind::Modify(ModifyKind::Any)));
     }

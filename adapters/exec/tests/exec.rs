@@ -744,6 +744,9 @@ async fn a_quiet_wait_is_not_woken_by_its_own_reads() {
     // Two reads (the first and the last) of a few files each; a wait woken by
     // its own opens makes hundreds.
     let opens = opens.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(opens <= 20, "{opens} opens in the run folder during a quiet 1 s wait");
+    assert!(
+        opens <= 20,
+        "{opens} opens in the run folder during a quiet 1 s wait"
+    );
     std::fs::write(run_dir(spool.path(), &run).join("go"), b"").unwrap();
 }
