@@ -350,7 +350,15 @@ async fn serve_raises_its_open_files_limit_to_the_hard_one() {
         return;
     }
     let stderr = setup.dir.path().join("nofile.stderr");
-    let mut child = std::process::Command::new("sh")
+    /// Stops the server however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = std::process::Command::new("sh")
         .args(["-c", "ulimit -Sn 512 && exec \"$@\"", "sh"])
         .arg(common::bin())
         .args(["serve", "--config"])
@@ -362,7 +370,8 @@ async fn serve_raises_its_open_files_limit_to_the_hard_one() {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    let pid = child.id();
+    let child = Stopped(child);
+    let pid = child.0.id();
     let logged = wait_for("the open-files line of the log", LIMIT, async || {
         let text = std::fs::read_to_string(&stderr).unwrap_or_default();
         text.lines()
@@ -371,8 +380,7 @@ async fn serve_raises_its_open_files_limit_to_the_hard_one() {
     })
     .await;
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let line = limits
         .lines()
         .find(|l| l.starts_with("Max open files"))
