@@ -217,6 +217,54 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli.command))
 }
 
+/// File descriptors `serve` keeps for itself besides one per connection: the
+/// listener, the metrics port, each lane's event loop, engine clients, the
+/// exec engine's file-system watch, log and audit files.
+const OWN_FILES: u64 = 256;
+
+/// Raises the soft limit on open files (`RLIMIT_NOFILE`) to the hard limit
+/// and logs what it got. Every HTTP connection holds a file descriptor for its
+/// life, an open `subscriptions/listen` stream included, so a soft limit of
+/// 1,024 (a common default) would refuse connections long before
+/// `server.max_waits` streams are open. Warns when the limit it got leaves
+/// fewer than `max_waits` connections. The hard limit is the operator's
+/// (`ulimit -Hn`, systemd's `LimitNOFILE`, the container runtime's).
+fn raise_open_files(max_waits: usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the limit on open files");
+            return;
+        }
+    };
+    let got = if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the limit on open files");
+                soft
+            }
+        }
+    } else {
+        soft
+    };
+    tracing::info!(
+        open_files = got,
+        was = soft,
+        hard,
+        "limit on open files (RLIMIT_NOFILE): {got}"
+    );
+    let wanted = (max_waits as u64).saturating_add(OWN_FILES);
+    if got < wanted {
+        tracing::warn!(
+            open_files = got,
+            max_waits,
+            "the limit on open files ({got}) is below server.max_waits + {OWN_FILES}: connections past it are refused; raise the hard limit (ulimit -Hn, LimitNOFILE)"
+        );
+    }
+}
+
 /// Prints every problem of a configuration, one line each, and exits 2.
 fn config_error(e: &taskgate::ConfigFileError) -> ExitCode {
     let lines = e.lines();
@@ -243,6 +291,9 @@ async fn run(command: Command) -> ExitCode {
                 Ok(gw) => Arc::new(gw),
                 Err(e) => return config_error(&e),
             };
+            if !stdio {
+                raise_open_files(gw.server.max_waits);
+            }
             // A bounded sweep of what engines keep on this host (exec runs past
             // their retention); there is no background loop.
             for (name, engine) in &gw.engines {

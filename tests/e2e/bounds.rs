@@ -332,3 +332,63 @@ async fn the_server_sweeps_at_start_and_check_config_reports_the_spool() {
         "{report}"
     );
 }
+
+/// `serve` raises its soft limit on open files to the hard limit (every HTTP
+/// connection, an open listen stream included, holds a file descriptor) and
+/// logs what it got. Started here under a soft limit of 512.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_raises_its_open_files_limit_to_the_hard_one() {
+    let setup = Setup::new();
+    let hard = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        .unwrap();
+    if hard == "unlimited" || hard.parse::<u64>().unwrap() <= 512 {
+        println!("skipping: the hard limit on open files ({hard}) leaves nothing to raise");
+        return;
+    }
+    let stderr = setup.dir.path().join("nofile.stderr");
+    /// Stops the server however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = std::process::Command::new("sh")
+        .args(["-c", "ulimit -Sn 512 && exec \"$@\"", "sh"])
+        .arg(common::bin())
+        .args(["serve", "--config"])
+        .arg(&setup.config)
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+        .envs(setup.env())
+        .env("TASKGATE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let child = Stopped(child);
+    let pid = child.0.id();
+    let logged = wait_for("the open-files line of the log", LIMIT, async || {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        text.lines()
+            .find(|l| l.contains("limit on open files"))
+            .map(str::to_owned)
+    })
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    drop(child);
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let soft = line.split_whitespace().nth(3).unwrap();
+    assert_eq!(soft, hard, "soft limit raised to the hard one: {line}");
+    assert!(
+        logged.contains(&format!("limit on open files (RLIMIT_NOFILE): {hard}")),
+        "{logged}"
+    );
+}

@@ -33,6 +33,7 @@ mod config;
 mod folder;
 mod hold;
 mod layout;
+mod notice;
 mod proc;
 mod spool;
 mod supervisor;
@@ -84,6 +85,7 @@ pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, Confi
     }
     Ok(Arc::new(ExecEngine {
         spool: Spool::new(Arc::new(settings)),
+        folders: notice::Folders::default(),
     }))
 }
 
@@ -92,6 +94,9 @@ pub async fn build(settings: serde_json::Value) -> Result<Arc<dyn Engine>, Confi
 #[derive(Debug)]
 pub struct ExecEngine {
     spool: Spool,
+    /// The one file-system watch of the run folders waits look at, shared
+    /// by the engine's tools.
+    folders: notice::Folders,
 }
 
 #[async_trait]
@@ -107,6 +112,7 @@ impl Engine for ExecEngine {
         target.resolve_relative_program();
         Ok(Arc::new(ExecPipeline {
             spool: self.spool.clone(),
+            folders: self.folders.clone(),
             tool: tool.name.clone(),
             target: Arc::new(target),
             keep_alive: tool.keep_alive,
@@ -167,6 +173,7 @@ impl Engine for ExecEngine {
 #[derive(Debug)]
 pub struct ExecPipeline {
     spool: Spool,
+    folders: notice::Folders,
     tool: String,
     target: Arc<ToolTarget>,
     keep_alive: Option<Duration>,
@@ -277,11 +284,12 @@ impl Pipeline for ExecPipeline {
     }
 
     /// Waits on file-system notification of the run's folder (the `notify`
-    /// crate: inotify on Linux) until the state differs from `last` or `wait`
-    /// has passed, reading the files after each event (and at least every
+    /// crate: inotify on Linux; one watcher for the whole engine, see
+    /// `notice.rs`) until the state differs from `last` or `wait` has passed,
+    /// reading the files after each change (and at least every
     /// [`RECHECK_EVERY`]). Where no watch can be set up (no inotify, its limit
     /// reached) it looks every 100 ms instead. Local files only, and only while
-    /// a client request waits; the watch ends with the call.
+    /// a client request waits; the folder's watch ends with the last wait on it.
     async fn wait_for_change(
         &self,
         run: &NativeRef,
@@ -291,33 +299,28 @@ impl Pipeline for ExecPipeline {
         let deadline = Instant::now() + wait;
         self.own(run)?;
         let folder = self.spool.folder_of(run)?;
-        let (events, watcher) = match watch_folder(&folder) {
-            Ok(pair) => (Some(pair.0), Some(pair.1)),
+        let mut notice = match self.folders.watch(&folder) {
+            Ok(notice) => Some(notice),
             Err(e) => {
                 tracing::debug!(error = %e, "no file-system watch on a run folder; looking every 100 ms");
-                (None, None)
+                None
             }
         };
-        let mut events = events;
         // Read once the watch is set: a change just before it is not missed.
         let mut snapshot = self.read(run).await?;
         loop {
             let now = Instant::now();
             if snapshot.state != last.state || now >= deadline {
-                drop(watcher);
                 return Ok(snapshot);
             }
             let left = deadline - now;
-            match events.as_mut() {
-                Some(rx) => {
-                    let pause = left.min(RECHECK_EVERY);
-                    if let Ok(None) = tokio::time::timeout(pause, rx.recv()).await {
-                        // The watcher went away: fall back to looking.
-                        events = None;
-                    }
-                    // Several events of one write come together: take them all.
-                    if let Some(rx) = events.as_mut() {
-                        while rx.try_recv().is_ok() {}
+            match notice.as_mut() {
+                Some(n) => {
+                    // Changes that came together are taken as one.
+                    if let Ok(Err(_)) =
+                        tokio::time::timeout(left.min(RECHECK_EVERY), n.changed()).await
+                    {
+                        notice = None;
                     }
                 }
                 None => tokio::time::sleep(WATCH_EVERY.min(left)).await,
@@ -385,23 +388,4 @@ async fn blocking<T: Send + 'static>(
             message: "a spool task failed".to_owned(),
             source: Some(Box::new(e)),
         })?
-}
-
-/// A file-system watch of `folder` and everything in it: each event is one
-/// message on the receiver; dropping the watcher ends the watch.
-fn watch_folder(
-    folder: &std::path::Path,
-) -> notify::Result<(
-    tokio::sync::mpsc::UnboundedReceiver<()>,
-    notify::RecommendedWatcher,
-)> {
-    use notify::Watcher as _;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            let _ = tx.send(());
-        }
-    })?;
-    watcher.watch(folder, notify::RecursiveMode::Recursive)?;
-    Ok((rx, watcher))
 }

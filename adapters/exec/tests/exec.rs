@@ -703,3 +703,50 @@ async fn a_reference_to_another_tools_run_is_not_found() {
     let (_, is_error, _) = completed(&wait_terminal(&owner, &run).await);
     assert!(!is_error);
 }
+
+/// A quiet wait reads the run's folder when it begins, at each recheck and
+/// when it ends; its own reads (opens of the run's files) never wake it
+/// again. Before one watcher per engine, each wait's watcher took the opens of
+/// its own reads for changes and read the folder over and over for the whole
+/// wait.
+#[tokio::test]
+async fn a_quiet_wait_is_not_woken_by_its_own_reads() {
+    use notify::event::{AccessKind, EventKind};
+    use notify::Watcher as _;
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let p = bind(&e, json!({"command": [tool("wait_go.sh")]}));
+    let run = p.start(request("tg-quiet", json!({}))).await.unwrap();
+    let last = p.read(&run).await.unwrap();
+    // Counts every open in the run's folder, as the kernel reports them.
+    let opens = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&opens);
+    let mut counter = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event {
+            if matches!(event.kind, EventKind::Access(AccessKind::Open(_))) {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    })
+    .unwrap();
+    counter
+        .watch(
+            &run_dir(spool.path(), &run),
+            notify::RecursiveMode::Recursive,
+        )
+        .unwrap();
+    let same = p
+        .wait_for_change(&run, &last, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(same.state, last.state);
+    drop(counter);
+    // Two reads (the first and the last) of a few files each; a wait woken by
+    // its own opens makes hundreds.
+    let opens = opens.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        opens <= 20,
+        "{opens} opens in the run folder during a quiet 1 s wait"
+    );
+    std::fs::write(run_dir(spool.path(), &run).join("go"), b"").unwrap();
+}

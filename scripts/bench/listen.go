@@ -1,0 +1,394 @@
+// The load driver of scripts/bench-listen.sh: opens N subscriptions/listen
+// streams on a running taskgate, lets them idle, completes their runs, and
+// prints what it measured of the server (one "BENCH key=value ..." line, then
+// a readable summary). Standard library only; built by the script with
+// `go build` (a Go toolchain is on the project machine for the Temporal
+// server).
+//
+//	listen -url URL -pid PID -n N -shape shared|own [-idle 60s] [-tool bench_sleep]
+//
+// shape shared: one run, all N streams on it. shape own: N runs, one stream
+// each. The runs are completed by cancelling them (tasks/cancel); the time to
+// a stream's last notification is counted from when its run's cancel was sent.
+// Numbers go in the README and notes, never in test assertions.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const meta = `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+
+var (
+	url     = flag.String("url", "http://127.0.0.1:8808/mcp", "taskgate's MCP endpoint")
+	metrics = flag.String("metrics", "", "taskgate's /metrics (default: beside -url)")
+	pid     = flag.Int("pid", 0, "taskgate's process id (for /proc)")
+	n       = flag.Int("n", 1000, "listen streams")
+	shape   = flag.String("shape", "shared", "shared: one run for all streams; own: one run per stream")
+	idle    = flag.Duration("idle", 60*time.Second, "how long the streams idle")
+	tool    = flag.String("tool", "bench_sleep", "the long-running tool whose runs are listened to")
+	hz      = flag.Float64("hz", 100, "clock ticks per second (getconf CLK_TCK)")
+	opening = flag.Int("concurrency", 64, "requests in flight while starting runs and opening streams")
+)
+
+var client = &http.Client{Transport: &http.Transport{
+	DialContext:         (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+	MaxIdleConns:        *opening,
+	MaxIdleConnsPerHost: 256,
+	DisableCompression:  true,
+}}
+
+func post(method, name, body string, accept string) (*http.Response, error) {
+	req, err := http.NewRequest("POST", *url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("accept", accept)
+	req.Header.Set("mcp-protocol-version", "2026-07-28")
+	req.Header.Set("mcp-method", method)
+	req.Header.Set("mcp-name", name)
+	return client.Do(req)
+}
+
+func call(method, name, params string) (map[string]any, error) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":%q,"params":%s}`, method, params)
+	resp, err := post(method, name, body, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	if e, ok := out["error"]; ok {
+		return nil, fmt.Errorf("%s: %v", method, e)
+	}
+	return out, nil
+}
+
+func startTask() (string, error) {
+	out, err := call("tools/call", *tool, fmt.Sprintf(`{"name":%q,"arguments":{},"_meta":%s}`, *tool, meta))
+	if err != nil {
+		return "", err
+	}
+	result, _ := out["result"].(map[string]any)
+	id, _ := result["taskId"].(string)
+	if id == "" {
+		return "", fmt.Errorf("no task: %v", out)
+	}
+	return id, nil
+}
+
+// stream is one open listen stream.
+type stream struct {
+	task      string
+	keepAlive atomic.Int64 // bytes of ": keep-alive" comments
+	ended     chan struct{}
+	last      atomic.Int64 // unix nanos of the terminal notification
+}
+
+func isTerminal(data string) bool {
+	for _, s := range []string{`"status":"cancelled"`, `"status":"completed"`, `"status":"failed"`} {
+		if strings.Contains(data, s) {
+			return strings.Contains(data, `"notifications/tasks"`)
+		}
+	}
+	return false
+}
+
+// open sends the listen request and returns once the acknowledgement and the
+// task's first notification arrived; the stream is then read on its own.
+func open(task string) (*stream, error) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"bench","method":"subscriptions/listen","params":{"notifications":{"taskIds":[%q]},"_meta":%s}}`, task, meta)
+	resp, err := post("subscriptions/listen", "", body, "application/json, text/event-stream")
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		return nil, fmt.Errorf("listen: HTTP %d %s", resp.StatusCode, b)
+	}
+	s := &stream{task: task, ended: make(chan struct{})}
+	r := bufio.NewReaderSize(resp.Body, 4096)
+	events := 0
+	for events < 2 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("listen: the stream ended after %d events: %w", events, err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			if strings.Contains(line, `"error"`) {
+				resp.Body.Close()
+				return nil, fmt.Errorf("listen: %s", line)
+			}
+			events++
+		}
+	}
+	go func() {
+		defer close(s.ended)
+		defer resp.Body.Close()
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			switch {
+			case strings.HasPrefix(line, ":"):
+				// ": keep-alive\n" and the blank line that ends the event.
+				s.keepAlive.Add(int64(len(line)) + 1)
+			case strings.HasPrefix(line, "data: ") && s.last.Load() == 0 && isTerminal(line):
+				s.last.Store(time.Now().UnixNano())
+			}
+		}
+	}()
+	return s, nil
+}
+
+// parallel runs f(0..count-1) with at most `width` in flight; the first error wins.
+func parallel(count, width int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	var first atomic.Value
+	next := atomic.Int64{}
+	for w := 0; w < width && w < count; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= count || first.Load() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := first.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+func procField(file, key string) int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", *pid, file))
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, key+":") {
+			f := strings.Fields(line[len(key)+1:])
+			if len(f) > 0 {
+				v, _ := strconv.ParseInt(f[0], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+func rssKB() int64 { return procField("status", "VmRSS") }
+
+func cpuTicks() int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", *pid))
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	// utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + k
+}
+
+func fds() int {
+	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", *pid))
+	return len(entries)
+}
+
+func inotifyWatches() (instances, watches int) {
+	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", *pid))
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", *pid), e.Name()))
+		if err != nil || target != "anon_inode:inotify" {
+			continue
+		}
+		instances++
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", *pid, e.Name()))
+		watches += bytes.Count(info, []byte("inotify wd:"))
+	}
+	return
+}
+
+// engineCalls sums taskgate_engine_calls_total by operation.
+func engineCalls() map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(*metrics)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "taskgate_engine_calls_total{") {
+			continue
+		}
+		op := "?"
+		if i := strings.Index(line, `operation="`); i >= 0 {
+			rest := line[i+len(`operation="`):]
+			op = rest[:strings.IndexByte(rest, '"')]
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[op] += v
+		out["all"] += v
+	}
+	return out
+}
+
+func diff(a, b map[string]float64) string {
+	var parts []string
+	for op, v := range b {
+		if d := v - a[op]; d != 0 && op != "all" {
+			parts = append(parts, fmt.Sprintf("%s:%.0f", op, d))
+		}
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+func pct(all []time.Duration, p float64) time.Duration {
+	if len(all) == 0 {
+		return 0
+	}
+	i := int(float64(len(all)) * p)
+	if i >= len(all) {
+		i = len(all) - 1
+	}
+	return all[i]
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "listen: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func main() {
+	flag.Parse()
+	if *metrics == "" {
+		*metrics = strings.TrimSuffix(*url, "/mcp") + "/metrics"
+	}
+	runs := 1
+	if *shape == "own" {
+		runs = *n
+	} else if *shape != "shared" {
+		fail("-shape is shared or own")
+	}
+
+	tasks := make([]string, runs)
+	began := time.Now()
+	if err := parallel(runs, 16, func(i int) (err error) {
+		tasks[i], err = startTask()
+		return
+	}); err != nil {
+		fail("starting runs: %v", err)
+	}
+	startSecs := time.Since(began).Seconds()
+	time.Sleep(2 * time.Second)
+	rssIdle, fdIdle := rssKB(), fds()
+
+	streams := make([]*stream, *n)
+	began = time.Now()
+	if err := parallel(*n, *opening, func(i int) (err error) {
+		streams[i], err = open(tasks[i%runs])
+		if err != nil {
+			err = fmt.Errorf("stream %d: %w", i, err)
+		}
+		return
+	}); err != nil {
+		fail("opening streams: %v", err)
+	}
+	openSecs := time.Since(began).Seconds()
+	time.Sleep(2 * time.Second)
+	rssOpen, fdOpen := rssKB(), fds()
+	instances, watches := inotifyWatches()
+
+	// The idle window: nothing changes.
+	keepAlive := func() (sum int64) {
+		for _, s := range streams {
+			sum += s.keepAlive.Load()
+		}
+		return
+	}
+	cpu0, calls0, ka0 := cpuTicks(), engineCalls(), keepAlive()
+	t0 := time.Now()
+	time.Sleep(*idle)
+	cpu1, calls1, ka1 := cpuTicks(), engineCalls(), keepAlive()
+	window := time.Since(t0).Seconds()
+	rssIdleStreams := rssKB()
+	cpuShare := float64(cpu1-cpu0) / *hz / window
+
+	// Complete the runs: cancel each, and wait for every stream's terminal
+	// notification.
+	sent := make([]int64, runs)
+	if err := parallel(runs, 16, func(i int) error {
+		sent[i] = time.Now().UnixNano()
+		_, err := call("tasks/cancel", tasks[i], fmt.Sprintf(`{"taskId":%q,"_meta":%s}`, tasks[i], meta))
+		return err
+	}); err != nil {
+		fail("cancelling: %v", err)
+	}
+	deadline := time.After(5 * time.Minute)
+	for _, s := range streams {
+		select {
+		case <-s.ended:
+		case <-deadline:
+			fail("streams still open 5 minutes after their runs were cancelled")
+		}
+	}
+	var lat []time.Duration
+	missing := 0
+	for i, s := range streams {
+		if s.last.Load() == 0 {
+			missing++
+			continue
+		}
+		lat = append(lat, time.Duration(s.last.Load()-sent[i%runs]))
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	// The driver's own idle connections are not the server's to count.
+	client.CloseIdleConnections()
+	time.Sleep(2 * time.Second)
+	rssAfter, fdAfter := rssKB(), fds()
+
+	perStream := float64(rssOpen-rssIdle) * 1024 / float64(*n)
+	fmt.Printf("BENCH shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f\n",
+		*shape, *n, runs, rssIdle, rssOpen, rssIdleStreams, rssAfter, perStream, fdIdle, fdOpen, fdAfter, instances, watches,
+		window, float64(cpu1-cpu0) / *hz, 100*cpuShare, calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0,
+		float64(pct(lat, 0.5).Microseconds())/1000, float64(pct(lat, 0.99).Microseconds())/1000, float64(pct(lat, 1).Microseconds())/1000,
+		missing, startSecs, openSecs)
+	fmt.Printf("%s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one); after: RSS %d kB, %d fds\n",
+		*shape, *n, runs, rssIdle, rssOpen, perStream, fdIdle, fdOpen, window, float64(cpu1-cpu0) / *hz, 100*cpuShare,
+		calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, rssAfter, fdAfter)
+}
