@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
+use tracing::Instrument as _;
 use taskgate_engine::{EngineError, RunState, Snapshot, StartRequest};
 
 use super::errors::{not_found, CoreError};
@@ -15,6 +16,7 @@ use crate::core::handle::{
     caller_tag, random_run_name, short, unix_ms, Dialect, Purpose, TaskClaims,
 };
 use crate::core::slots::WaitSlot;
+use crate::telemetry;
 
 /// A started run: its claims and the sealed handle the client gets.
 #[derive(Debug, Clone)]
@@ -81,14 +83,19 @@ impl Gateway {
             return Err(CoreError::OverQuota(over));
         }
         let run_name = run_name.unwrap_or_else(random_run_name);
+        // The engine-start span, a child of the request's: its context is what
+        // the engine carries into the run (when tracing is on).
+        let span = telemetry::engine_span(&tool.config.engine, tool.name(), "start");
         let request = StartRequest {
             run_name,
             arguments,
             caller_tag: caller_tag(caller),
             keep_alive: Some(retention),
-            trace: None,
+            trace: telemetry::trace_context(&span),
         };
-        let native = match tool.pipeline.start(request).await {
+        let started = tool.pipeline.start(request).instrument(span.clone()).await;
+        telemetry::record_outcome(&span, started.as_ref().err());
+        let native = match started {
             Ok(native) => native,
             Err(e) => {
                 audit::record(
