@@ -173,7 +173,7 @@ fn init_logs(
     };
     tracing_subscriber::registry()
         .with(
-            vec![Some(logs), audit, telemetry.map(|t| t.layer().boxed())]
+            vec![Some(logs), audit, telemetry.map(taskgate::telemetry::Telemetry::layer)]
                 .into_iter()
                 .flatten()
                 .collect::<Vec<_>>(),

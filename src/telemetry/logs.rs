@@ -1,7 +1,5 @@
 //! `trace_id` and `span_id` on JSON log lines written inside a traced span.
 
-use std::fmt::Write as _;
-
 use opentelemetry::trace::TraceContextExt as _;
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;

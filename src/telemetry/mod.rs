@@ -108,10 +108,10 @@ impl Telemetry {
     /// The layer that turns the spans of [`TARGET`] (and the spans of the
     /// engines' SDKs, at `info` and above) into OpenTelemetry spans. Events
     /// (log lines) are not exported.
-    pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S> + Send + Sync
-    where
-        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    {
+    #[must_use]
+    pub fn layer(
+        &self,
+    ) -> Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync> {
         use tracing_subscriber::Layer as _;
         let tracer = self.provider.tracer("taskgate");
         tracing_opentelemetry::layer()
@@ -122,6 +122,7 @@ impl Telemetry {
             .with_filter(tracing_subscriber::filter::filter_fn(|m| {
                 m.is_span() && *m.level() <= tracing::Level::INFO && exported_target(m.target())
             }))
+            .boxed()
     }
 
     /// Exports what is queued, within the export timeout, and stops. Call it

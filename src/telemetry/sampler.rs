@@ -3,11 +3,9 @@
 
 use std::hash::{BuildHasher as _, Hasher as _};
 
-use opentelemetry::trace::{
-    Link, SamplingDecision, SamplingResult, SpanKind, TraceContextExt as _, TraceId, TraceState,
-};
+use opentelemetry::trace::{Link, SpanKind, TraceContextExt as _, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{Sampler, ShouldSample};
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
 
 /// - A span under a local parent (an engine call under its request) follows
 ///   the parent: a recorded request is recorded whole.

@@ -328,8 +328,8 @@ pub(super) fn exporter(
     };
     match settings.protocol {
         TelemetryProtocol::Grpc => {
-            use opentelemetry_otlp::tonic_types::metadata::{MetadataKey, MetadataMap, MetadataValue};
-            use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+            use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+            use tonic::transport::{Certificate, ClientTlsConfig, Identity};
             let mut metadata = MetadataMap::new();
             for (name, value) in &settings.headers {
                 let header = || TelemetryError::Header { name: name.clone() };

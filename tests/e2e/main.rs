@@ -14,7 +14,8 @@
 //! - `logs`, `metrics`, `notifications`: `taskgate_logs`, `/metrics`, push
 //!   notifications;
 //! - `cli_call`: `taskgate call` and `taskgate tasks`;
-//! - `rmcp_client`: the Rust MCP SDK as a client.
+//! - `rmcp_client`: the Rust MCP SDK as a client;
+//! - `traces`: OpenTelemetry traces, read back from Jaeger.
 //!
 //! Adding a file: put `tests/e2e/NAME.rs` next to this one, start it with
 //! `use crate::common;` (not `mod common;`), and add `mod NAME;` below. Tests
@@ -36,3 +37,4 @@ mod metrics;
 mod notifications;
 mod rmcp_client;
 mod shutdown;
+mod traces;
