@@ -97,7 +97,10 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
     else {
         return;
     };
-    let (setup, alice) = setup(&telemetry_to(&jaeger, &fresh_id(8)));
+    let (mut setup, alice) = setup(&telemetry_to(&jaeger, &fresh_id(8)));
+    setup
+        .extra_env
+        .push(("TASKGATE_LOG_FORMAT".into(), "json".into()));
     let server = Server::start(&setup).await;
     let client = server.client().with_token(&alice.token);
     let (trace_id, parent) = (fresh_id(32), fresh_id(16));
@@ -153,6 +156,15 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
         "{:?}",
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
+    // The request's JSON log line names its trace and span.
+    let logged = server.stderr_text();
+    let run_started = logged
+        .lines()
+        .find(|l| l.contains("run started"))
+        .unwrap_or_else(|| panic!("no 'run started' line in {logged}"));
+    let line_json: Value = serde_json::from_str(run_started).expect("a JSON log line");
+    assert_eq!(line_json["trace_id"], trace_id.as_str(), "{run_started}");
+    assert_eq!(line_json["span_id"], request.span_id.as_str(), "{run_started}");
     // Neither the argument nor the token, anywhere in the trace.
     for span in &spans {
         for (k, v) in &span.tags {
