@@ -265,7 +265,7 @@ async fn the_trace_context_reaches_the_run_over_the_tools_own_and_no_argument_se
                "env": {"FIXED": "f", "TRACEPARENT": fixed, "TRACESTATE": "fixed=1"}}),
     );
     let forged = "00-11111111111111111111111111111111-2222222222222222-01";
-    let args = json!({"text": "t", "list": [], "TRACEPARENT": forged, "traceparent": forged});
+    let args = json!({"text": "t", "list": [], "TRACEPARENT": forged});
     let ours = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let mut traced = request("tg-traced", args.clone());
     traced.trace = Some(TraceContext::new(ours, Some("rojo=00f067aa0ba902b7")).unwrap());
