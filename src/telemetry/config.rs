@@ -18,7 +18,11 @@ use serde::Deserialize;
 /// names) is continued; log lines in JSON carry `trace_id` and `span_id`. No span
 /// holds an argument value, a token, a handle or a full task id.
 ///
-/// The standard `OTEL_EXPORTER_OTLP_*` variables do not override these keys.
+/// The SDK's standard variables apply only where these keys are silent:
+/// `OTEL_EXPORTER_OTLP_{TRACES_,}ENDPOINT`, `…PROTOCOL` and `…TIMEOUT` never
+/// override them; `OTEL_EXPORTER_OTLP_{TRACES_,}HEADERS` are sent besides
+/// the configured headers; `OTEL_BSP_*` tune the batch processor (queue size,
+/// export delay).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
