@@ -173,10 +173,14 @@ fn init_logs(
     };
     tracing_subscriber::registry()
         .with(
-            vec![Some(logs), audit, telemetry.map(taskgate::telemetry::Telemetry::layer)]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>(),
+            vec![
+                Some(logs),
+                audit,
+                telemetry.map(taskgate::telemetry::Telemetry::layer),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
         )
         .init();
     if audit_log == "off" {

@@ -102,7 +102,6 @@ pub struct FileConfig {
     pub telemetry: TelemetryConfig,
 }
 
-
 /// `[server]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -130,10 +130,7 @@ mod tests {
         assert_eq!(r.parent.span_id().to_string(), "00f067aa0ba902b7");
         assert!(r.parent.is_sampled() && r.parent.is_remote());
         assert_eq!(r.parent.trace_state().get("rojo"), Some("00f067aa0ba902b7"));
-        assert_eq!(
-            r.ambient.unwrap().span_id().to_string(),
-            "b7ad6b7169203331"
-        );
+        assert_eq!(r.ambient.unwrap().span_id().to_string(), "b7ad6b7169203331");
         let only_headers = remote_parent(Some(&json!({})), Some(&h)).unwrap();
         assert_eq!(
             only_headers.parent.trace_id().to_string(),
@@ -166,7 +163,8 @@ mod tests {
         let meta = json!({ "traceparent": META, "tracestate": "k=v\u{1}" });
         let r = remote_parent(Some(&meta), None).unwrap();
         assert_eq!(r.parent.trace_state().header(), "");
-        let huge = json!({ "traceparent": META, "tracestate": format!("a={}", "b".repeat(100_000)) });
+        let huge =
+            json!({ "traceparent": META, "tracestate": format!("a={}", "b".repeat(100_000)) });
         assert!(remote_parent(Some(&huge), None).is_some());
     }
 }

@@ -9,8 +9,8 @@ use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
 
-use super::{attribute, CallerSampler, TelemetryError};
 use super::config::{CallerSampling, TelemetryConfig, TelemetryProtocol};
+use super::{attribute, CallerSampler, TelemetryError};
 
 /// One thing wrong in `[telemetry]`: the key under `telemetry.` and why
 /// (never a header's value).
@@ -141,25 +141,23 @@ fn settings_with(
         }
     }
     if headers.len() > MAX_HEADERS {
-        problem(
-            "headers_file",
-            format!("more than {MAX_HEADERS} headers"),
-        );
+        problem("headers_file", format!("more than {MAX_HEADERS} headers"));
     }
-    let pem = |key: &str, path: &Option<std::path::PathBuf>, problem: &mut dyn FnMut(&str, String)| {
-        path.as_ref()
-            .and_then(|p| match read_bounded(p, MAX_PEM_BYTES) {
-                Ok(bytes) if looks_like_pem(&bytes) => Some(bytes),
-                Ok(_) => {
-                    problem(key, format!("{}: not a PEM file", p.display()));
-                    None
-                }
-                Err(m) => {
-                    problem(key, m);
-                    None
-                }
-            })
-    };
+    let pem =
+        |key: &str, path: &Option<std::path::PathBuf>, problem: &mut dyn FnMut(&str, String)| {
+            path.as_ref()
+                .and_then(|p| match read_bounded(p, MAX_PEM_BYTES) {
+                    Ok(bytes) if looks_like_pem(&bytes) => Some(bytes),
+                    Ok(_) => {
+                        problem(key, format!("{}: not a PEM file", p.display()));
+                        None
+                    }
+                    Err(m) => {
+                        problem(key, m);
+                        None
+                    }
+                })
+        };
     let ca = pem("ca_file", &cfg.ca_file, &mut problem);
     let cert = pem("cert_file", &cfg.cert_file, &mut problem);
     let key = pem("key_file", &cfg.key_file, &mut problem);
@@ -176,7 +174,9 @@ fn settings_with(
         _ => None,
     };
     if (ca.is_some() || identity.is_some())
-        && endpoint.as_deref().is_some_and(|e| e.starts_with("http://"))
+        && endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"))
     {
         problem(
             "endpoint",
@@ -314,7 +314,9 @@ impl Settings {
             attributes.retain(|a| a.key.as_str() != k);
             attributes.push(attribute(k, v));
         }
-        Resource::builder_empty().with_attributes(attributes).build()
+        Resource::builder_empty()
+            .with_attributes(attributes)
+            .build()
     }
 }
 
@@ -471,7 +473,11 @@ mod tests {
     #[test]
     fn headers_come_from_a_file_and_a_variable_and_errors_never_show_values() {
         let mut file = tempfile::NamedTempFile::new().unwrap();
-        writeln!(file, "# the collector's key\nx-api-key=from-file\nx-tenant = a").unwrap();
+        writeln!(
+            file,
+            "# the collector's key\nx-api-key=from-file\nx-tenant = a"
+        )
+        .unwrap();
         let mut cfg = on("http://127.0.0.1:4317");
         cfg.headers_file = Some(file.path().to_owned());
         cfg.headers_env = Some("H".into());
@@ -507,7 +513,11 @@ mod tests {
             ["telemetry.ca_file"]
         );
         let mut pem = tempfile::NamedTempFile::new().unwrap();
-        writeln!(pem, "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----").unwrap();
+        writeln!(
+            pem,
+            "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----"
+        )
+        .unwrap();
         cfg.ca_file = Some(pem.path().to_owned());
         assert!(settings_with(&cfg, |_| None).unwrap().is_some());
         cfg.endpoint = Some("http://collector:4317".into());
@@ -528,7 +538,10 @@ mod tests {
             _ => None,
         };
         let r = s.resource(env);
-        let get = |k: &str| r.get(&opentelemetry::Key::from(k.to_owned())).map(|v| v.to_string());
+        let get = |k: &str| {
+            r.get(&opentelemetry::Key::from(k.to_owned()))
+                .map(|v| v.to_string())
+        };
         assert_eq!(get("service.name").as_deref(), Some("taskgate"));
         assert_eq!(
             get("service.version").as_deref(),

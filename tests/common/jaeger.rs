@@ -81,7 +81,12 @@ impl Jaeger {
     /// The spans of trace `trace_id` now (empty when Jaeger has none).
     pub async fn spans(&self, trace_id: &str) -> Result<Vec<SpanView>, String> {
         let url = format!("{}/api/traces/{trace_id}", self.url);
-        let response = self.http.get(&url).send().await.map_err(|e| e.to_string())?;
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }

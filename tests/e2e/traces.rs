@@ -124,7 +124,12 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
         .await;
     let request = named(&spans, "tools/call trace_env").unwrap();
     let start = named(&spans, "start local").unwrap();
-    assert_eq!(request.parent.as_deref(), Some(parent.as_str()), "{:?}", request.raw);
+    assert_eq!(
+        request.parent.as_deref(),
+        Some(parent.as_str()),
+        "{:?}",
+        request.raw
+    );
     assert_eq!(request.tag("span.kind"), Some("server"));
     assert_eq!(request.tag("mcp.method.name"), Some("tools/call"));
     assert_eq!(request.tag("mcp.protocol.version"), Some("2026-07-28"));
@@ -149,10 +154,10 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
     assert_eq!(line(&text, "TRACESTATE"), "rojo=00f067aa0ba902b7");
     // The sync call read the run: engine reads under the same request.
     assert!(
-        spans
-            .iter()
-            .any(|s| s.tag("taskgate.engine.operation").is_some_and(|o| o != "start")
-                && s.parent.as_deref() == Some(request.span_id.as_str())),
+        spans.iter().any(|s| s
+            .tag("taskgate.engine.operation")
+            .is_some_and(|o| o != "start")
+            && s.parent.as_deref() == Some(request.span_id.as_str())),
         "{:?}",
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
@@ -165,7 +170,11 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
         .unwrap_or_else(|| panic!("no 'run started' line in {logged}"));
     let run_started = line_json.to_string();
     assert_eq!(line_json["trace_id"], trace_id.as_str(), "{run_started}");
-    assert_eq!(line_json["span_id"], request.span_id.as_str(), "{run_started}");
+    assert_eq!(
+        line_json["span_id"],
+        request.span_id.as_str(),
+        "{run_started}"
+    );
     // Neither the argument nor the token, anywhere in the trace.
     for span in &spans {
         for (k, v) in &span.tags {
@@ -177,7 +186,10 @@ async fn a_callers_traceparent_parents_the_server_span_and_reaches_the_run() {
         }
         assert!(!span.name.contains(&label));
         let raw = span.raw.to_string();
-        assert!(!raw.contains(&label) && !raw.contains(&alice.token), "{raw}");
+        assert!(
+            !raw.contains(&label) && !raw.contains(&alice.token),
+            "{raw}"
+        );
     }
 }
 

@@ -269,9 +269,8 @@ async fn the_trace_context_reaches_the_run_over_the_tools_own_and_no_argument_se
     let ours = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let mut traced = request("tg-traced", args.clone());
     traced.trace = Some(TraceContext::new(ours, Some("rojo=00f067aa0ba902b7")).unwrap());
-    let env_of = |run: &str| {
-        std::fs::read_to_string(run_dir(spool.path(), run).join("seen-env")).unwrap()
-    };
+    let env_of =
+        |run: &str| std::fs::read_to_string(run_dir(spool.path(), run).join("seen-env")).unwrap();
     let line = |env: &str, name: &str| {
         env.lines()
             .filter_map(|l| l.strip_prefix(&format!("{name}=")))

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
-use tracing::Instrument as _;
 use taskgate_engine::{EngineError, RunState, Snapshot, StartRequest};
+use tracing::Instrument as _;
 
 use super::errors::{not_found, CoreError};
 use super::{Gateway, Tool};

@@ -84,8 +84,11 @@ impl Layer for Traced {
         last: &Snapshot,
         wait: Duration,
     ) -> Result<Snapshot, EngineError> {
-        self.traced("wait_for_change", self.inner.wait_for_change(run, last, wait))
-            .await
+        self.traced(
+            "wait_for_change",
+            self.inner.wait_for_change(run, last, wait),
+        )
+        .await
     }
 
     async fn check(&self) -> Result<Vec<String>, EngineError> {
