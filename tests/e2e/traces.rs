@@ -269,3 +269,48 @@ async fn with_tracing_off_jaeger_hears_nothing_and_the_run_gets_no_context() {
         "the server with tracing off exported spans"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_over_stdio_is_traced_too() {
+    let Some(jaeger) = Jaeger::from_env("traces::a_legacy_session_over_stdio_is_traced_too") else {
+        return;
+    };
+    let (setup, _) = setup(&telemetry_to(&jaeger, &fresh_id(8)));
+    let mut server = common::StdioServer::start(&setup);
+    let init = server
+        .request_raw(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "legacy-stdio", "version": "1" } }),
+        )
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    server
+        .send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    let (trace_id, parent) = (fresh_id(32), fresh_id(16));
+    let call = server
+        .request_raw(
+            "tools/call",
+            json!({ "name": "trace_env", "arguments": { "label": "old" },
+                    "_meta": { "traceparent": format!("00-{trace_id}-{parent}-01") } }),
+        )
+        .await;
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    let text = call["result"]["content"][0]["text"].as_str().unwrap();
+    let spans = jaeger
+        .trace_until(&trace_id, LIMIT, |spans| {
+            named(spans, "tools/call trace_env").is_some() && named(spans, "start local").is_some()
+        })
+        .await;
+    let request = named(&spans, "tools/call trace_env").unwrap();
+    let start = named(&spans, "start local").unwrap();
+    assert_eq!(request.parent.as_deref(), Some(parent.as_str()));
+    assert_eq!(request.tag("network.transport"), Some("pipe"));
+    assert_eq!(request.tag("mcp.protocol.version"), Some("2025-06-18"));
+    assert!(request.tag("network.protocol.name").is_none());
+    assert_eq!(
+        line(text, "TRACEPARENT"),
+        format!("00-{trace_id}-{}-01", start.span_id)
+    );
+}
