@@ -8,6 +8,7 @@
 #   BENCH_CONNS="16 64" scripts/bench.sh   # connection counts (default 1 16 64)
 #   BENCH_MILLIONS=3 scripts/bench.sh # three million-request runs, RSS after each
 #   scripts/bench-ceiling.sh          # the same against a build whose engine read costs nothing
+#   BENCH_TRACING=0 scripts/bench.sh  # without the rows of traces on (sampling 1.0, 0.01) and off
 #
 # Builds taskgate and the bare axum yardstick (examples/baseline.rs) in release
 # mode, starts both on loopback, and drives each with the same load generator
@@ -214,6 +215,55 @@ for conns in ${BENCH_CONNS:-1 16 64}; do
     done
 done
 peak_rss=$(hwm_kb "$tg_pid")
+
+# The cost of traces ([telemetry]), in the same run: the same tasks/get of the
+# same task (same key, same spool: any replica answers) on two more servers, one
+# recording every trace (sampling_ratio 1.0: a SERVER span and an engine-read
+# span per request, exported), one a hundredth (0.01), against the server
+# above (tracing off), in turns like the rows above. They export to the Jaeger
+# of TASKGATE_JAEGER_OTLP_GRPC (scripts/jaeger/up.sh) when set, else to an
+# unreachable endpoint (the exporter's failures are then part of the cost).
+# BENCH_TRACING=0 leaves these rows out; BENCH_TRACING_CONNS sets their
+# connection counts (default 16).
+if [ "${BENCH_TRACING:-1}" = 1 ]; then
+    otlp="${TASKGATE_JAEGER_OTLP_GRPC:-http://127.0.0.1:9}"
+    where=$([ -n "${TASKGATE_JAEGER_OTLP_GRPC:-}" ] && echo "to Jaeger at $otlp" || echo "to an unreachable endpoint, $otlp")
+    declare -A tr_pid=() tr_url=()
+    for name in on100 on1; do
+        ratio=$([ "$name" = on100 ] && echo 1.0 || echo 0.01)
+        port=$(free_port)
+        sed "s/^listen = .*/listen = \"127.0.0.1:$port\"/" "$work/bench.toml" > "$work/bench-$name.toml"
+        printf '\n[telemetry]\nendpoint = "%s"\nsampling_ratio = %s\n' "$otlp" "$ratio" >> "$work/bench-$name.toml"
+        TASKGATE_LOG=error "$bin" serve --config "$work/bench-$name.toml" 2>"$work/taskgate-$name.log" &
+        tr_pid[$name]=$!
+        pids+=("${tr_pid[$name]}")
+        tr_url[$name]="http://127.0.0.1:$port/mcp"
+        wait_ready "http://127.0.0.1:$port/healthz"
+    done
+    tr_pid[off]=$tg_pid tr_url[off]=$url
+    declare -A tr_label=([off]="tracing off" [on100]="tracing on, sampling 1.0" [on1]="tracing on, sampling 0.01")
+    echo
+    echo "traces: tasks/get 2026-07-28, one task, exporting $where; median of $repeat"
+    printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "run" "conns" "req/s" "p50 ms" "p99 ms" "CPU µs/req" "sys µs" "calls/req" "errors"
+    for conns in ${BENCH_TRACING_CONNS:-16}; do
+        for row in off on100 on1; do : > "$work/trow.$row"; done
+        for _ in $(seq "$repeat"); do
+            for row in off on100 on1; do
+                measure "${tr_pid[$row]}" "${tr_url[$row]}" "$work/get26.lua" "$conns" >> "$work/trow.$row"
+            done
+        done
+        for row in off on100 on1; do
+            read -r rps p50 p99 cpu sys calls errors <<<"$(sort -n "$work/trow.$row" | awk -v m=$(( (repeat + 1) / 2 )) 'NR == m')"
+            printf '%-28s %5s %9s %8s %8s %10s %8s %9s %7s\n' "${tr_label[$row]}" "$conns" "$rps" "$p50" "$p99" "$cpu" "$sys" "$calls" "$errors"
+            if [ "$row" = off ]; then
+                off_rps=$rps off_cpu=$cpu
+            else
+                awk -v a="$rps" -v b="$off_rps" -v c="$cpu" -v d="$off_cpu" \
+                    'BEGIN { printf "%-28s %5s %8.0f%% of tracing off'"'"'s req/s, %.2f× its CPU per request\n", "  ratio", "", 100 * a / b, c / d }'
+            fi
+        done
+    done
+fi
 
 echo
 "$load_bin" calls "$url" 50

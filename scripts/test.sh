@@ -62,6 +62,7 @@ cleanup() {
     [ -x scripts/moto/down.sh ] && scripts/moto/down.sh >/dev/null 2>&1 || true
     [ -x scripts/hydra/down.sh ] && scripts/hydra/down.sh >/dev/null 2>&1 || true
     [ -x scripts/temporal/down.sh ] && scripts/temporal/down.sh >/dev/null 2>&1 || true
+    [ -x scripts/jaeger/down.sh ] && scripts/jaeger/down.sh >/dev/null 2>&1 || true
     if [ -n "${airflow_up_pid:-}" ]; then
         wait "$airflow_up_pid" 2>/dev/null || true
     fi
@@ -104,6 +105,11 @@ fi
 # workers' environment likewise; the services step waits for both.
 temporal_build_pid=""
 temporal_py_pid=""
+jaeger_build_pid=""
+if [ -x scripts/jaeger/build.sh ]; then
+    scripts/jaeger/build.sh >"$TASKGATE_CACHE/jaeger-build.log" 2>&1 &
+    jaeger_build_pid=$!
+fi
 if [ -x scripts/temporal/build.sh ]; then
     scripts/temporal/build.sh >"$TASKGATE_CACHE/temporal-build.log" 2>&1 &
     temporal_build_pid=$!
@@ -188,6 +194,18 @@ if [ -n "$temporal_build_pid" ]; then
             echo "the Temporal server could not be started:"
             tail -n 30 "$TASKGATE_CACHE/temporal-up.log"
         fi
+    fi
+fi
+if [ -n "$jaeger_build_pid" ]; then
+    # up.sh exports TASKGATE_JAEGER_{URL,OTLP_GRPC,OTLP_HTTP} (tests/e2e/traces.rs).
+    if ! wait "$jaeger_build_pid"; then
+        echo "building Jaeger failed:"
+        tail -n 30 "$TASKGATE_CACHE/jaeger-build.log"
+    elif out=$(scripts/jaeger/up.sh 2>"$TASKGATE_CACHE/jaeger-up.log"); then
+        eval "$out"
+    else
+        echo "Jaeger could not be started:"
+        tail -n 30 "$TASKGATE_CACHE/jaeger-up.log"
     fi
 fi
 if [ -n "$airflow_up_pid" ]; then

@@ -13,6 +13,9 @@
 //!   wire types;
 //! - the engine API and the engines: the `adapters/` crates.
 //!
+//! [`telemetry`] (traces: settings, exporter, spans) stands below them all and
+//! imports none of them.
+//!
 //! [`rpc`] is the one place JSON-RPC error objects, codes and HTTP statuses are
 //! made, and names the HTTP headers of the MCP transport ([`rpc::header`]).
 
@@ -20,6 +23,7 @@ pub mod core;
 pub mod dialect;
 pub mod rpc;
 pub mod server;
+pub mod telemetry;
 pub mod transport;
 
 #[cfg(test)]

@@ -128,8 +128,15 @@ fn colour_on_stderr(format: LogFormat) -> bool {
 /// The log on stderr, filtered by `TASKGATE_LOG` (default `info`), and the
 /// audit trail in its own sink, which that filter does not touch: every event
 /// of `taskgate::audit` at `info` goes there, and only there. Colour only as
-/// [`colour_on_stderr`] decides.
-fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
+/// [`colour_on_stderr`] decides. With `telemetry` (tracing on), spans go to
+/// its exporter too, and JSON log lines written inside a traced span carry its
+/// `trace_id` and `span_id`. The spans made for traces (target
+/// `taskgate::trace`) are never log fields.
+fn init_logs(
+    format: LogFormat,
+    audit_log: &str,
+    telemetry: Option<&taskgate::telemetry::Telemetry>,
+) -> Result<(), String> {
     use tracing_subscriber::filter::{filter_fn, FilterExt as _, Targets};
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -140,13 +147,24 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TASKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let not_audit = filter_fn(move |m| m.target() != audit_target);
+    let not_traced = filter_fn(|m| !m.target().starts_with(taskgate::telemetry::TARGET));
     let ansi = colour_on_stderr(format);
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     let logs: Boxed = match format {
-        LogFormat::Text => logs.with_filter(filter.and(not_audit)).boxed(),
-        LogFormat::Json => logs.json().with_filter(filter.and(not_audit)).boxed(),
+        LogFormat::Text => logs
+            .with_filter(filter.and(not_audit).and(not_traced))
+            .boxed(),
+        LogFormat::Json if telemetry.is_some() => logs
+            .json()
+            .map_event_format(taskgate::telemetry::WithTraceIds)
+            .with_filter(filter.and(not_audit).and(not_traced))
+            .boxed(),
+        LogFormat::Json => logs
+            .json()
+            .with_filter(filter.and(not_audit).and(not_traced))
+            .boxed(),
     };
     let only_audit = Targets::new().with_target(audit_target, tracing::Level::INFO);
     let audit: Option<Boxed> = match audit_log {
@@ -180,10 +198,14 @@ fn init_logs(format: LogFormat, audit_log: &str) -> Result<(), String> {
     };
     tracing_subscriber::registry()
         .with(
-            vec![Some(logs), audit]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>(),
+            vec![
+                Some(logs),
+                audit,
+                telemetry.map(taskgate::telemetry::Telemetry::layer),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
         )
         .init();
     if audit_log == "off" {
@@ -202,10 +224,6 @@ fn main() -> ExitCode {
         println!("{}", taskgate::core::handle::new_secret());
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = init_logs(cli.log_format, &cli.audit_log) {
-        eprintln!("taskgate: {e}");
-        return ExitCode::from(2);
-    }
     // rustls' one crypto provider in this build is aws-lc-rs (the handles'
     // cipher library); installing it names it for every TLS client in the
     // process, whatever features a dependency turned on.
@@ -214,7 +232,53 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    runtime.block_on(run(cli.command))
+    let telemetry = match &cli.command {
+        Command::Serve { config, .. } => match start_telemetry(&runtime, config) {
+            Ok(telemetry) => telemetry,
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    if let Err(e) = init_logs(cli.log_format, &cli.audit_log, telemetry.as_ref()) {
+        eprintln!("taskgate: {e}");
+        return ExitCode::from(2);
+    }
+    let code = runtime.block_on(run(cli.command));
+    // Outside the runtime's threads, on which the span processor runs.
+    if let Some(telemetry) = &telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// The trace exporter of `serve`, when `[telemetry]` names an endpoint: built
+/// before the log layers are stacked (it is one of them), in the runtime it
+/// exports from. A file that does not load, or whose `[telemetry]` is wrong,
+/// gives `None` here: the full check that follows reports every problem.
+fn start_telemetry(
+    runtime: &tokio::runtime::Runtime,
+    config: &std::path::Path,
+) -> Result<Option<taskgate::telemetry::Telemetry>, ExitCode> {
+    let Ok(cfg) = taskgate::core::config::load(config) else {
+        return Ok(None);
+    };
+    let Ok(Some(settings)) = taskgate::telemetry::settings(&cfg.telemetry) else {
+        return Ok(None);
+    };
+    let _in_runtime = runtime.enter();
+    match taskgate::telemetry::Telemetry::start(settings) {
+        Ok(telemetry) => Ok(Some(telemetry)),
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("taskgate: {message}");
+            Err(ExitCode::from(2))
+        }
+    }
 }
 
 /// File descriptors `serve` keeps for itself besides one per connection: the

@@ -23,6 +23,7 @@ use crate::dialect::session::Session;
 use crate::dialect::wire::{Outbound, Version};
 use crate::dialect::{self};
 use crate::rpc::{self, Message, RpcError};
+use crate::telemetry;
 
 /// How many SEP-1391 calls of one stdio connection are remembered for
 /// cancellation by request id.
@@ -398,8 +399,10 @@ async fn dispatch_unbounded(
                 method: &method,
                 params: &params,
             };
-            dispatch_request(gw, inbound, &era, request, out.as_ref())
+            let traced = trace_request(gw, inbound, &era, request);
+            dispatch_request(gw, inbound, &era, request, out.as_ref(), &traced)
                 .instrument(span)
+                .instrument(traced.clone())
                 .await
         }
         Message::Notification { method, params } => {
@@ -432,13 +435,55 @@ struct Incoming<'a> {
     params: &'a rpc::Params,
 }
 
+/// The SERVER span of a request (disabled, and nothing read, when tracing is
+/// off): its method, id and protocol version, the tool of a `tools/call`
+/// (when it is one of ours), continuing the caller's context from
+/// `params._meta` or the HTTP headers.
+fn trace_request(
+    gw: &Gateway,
+    inbound: &Inbound<'_>,
+    era: &Era,
+    request: Incoming<'_>,
+) -> tracing::Span {
+    let transport = if inbound.connection.is_some() {
+        telemetry::Transport::Stdio
+    } else {
+        telemetry::Transport::Http
+    };
+    let method = crate::core::metrics::Metrics::method_label(request.method);
+    let span = telemetry::request_span(method, request.id, transport);
+    if span.is_disabled() {
+        return span;
+    }
+    let version = era_label(era, request);
+    if version != crate::core::metrics::OTHER {
+        telemetry::record_version(&span, version);
+    }
+    let params: &Value = request.params;
+    if let Some(remote) = telemetry::remote_parent(params.get("_meta"), inbound.headers) {
+        telemetry::continue_remote(&span, remote);
+    }
+    if request.method == "tools/call" {
+        if let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| gw.tool(name).is_ok())
+        {
+            telemetry::record_tool(&span, method, tool);
+        }
+    }
+    span
+}
+
 /// A request: routed to its dialect, counted in the metrics, answered.
+/// `traced` is its span, which learns how it ended.
 async fn dispatch_request(
     gw: &Gateway,
     inbound: &Inbound<'_>,
     era: &Era,
     request: Incoming<'_>,
     out: Option<&Outbound>,
+    traced: &tracing::Span,
 ) -> Dispatched {
     let began = std::time::Instant::now();
     let method_label = crate::core::metrics::Metrics::method_label(request.method);
@@ -450,6 +495,17 @@ async fn dispatch_request(
         outcome.is_ok(),
         began.elapsed(),
     );
+    if !traced.is_disabled() {
+        match &outcome {
+            Ok(rpc::Body::Value(result)) => telemetry::record_error(
+                traced,
+                None,
+                result.get("isError") == Some(&Value::Bool(true)),
+            ),
+            Ok(rpc::Body::Written(_)) => {}
+            Err(e) => telemetry::record_error(traced, Some(e.code()), false),
+        }
+    }
     match outcome {
         Ok(result) => Dispatched {
             body: Some(rpc::ok(request.id, result)),

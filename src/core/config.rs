@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::telemetry::config::{CallerSampling, TelemetryConfig, TelemetryProtocol};
+
 /// One thing wrong in a configuration file: the key at fault and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {
@@ -95,6 +97,9 @@ pub struct FileConfig {
     /// The tools clients see.
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
+    /// OpenTelemetry traces (off unless `endpoint` is set).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// `[server]`

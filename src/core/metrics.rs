@@ -380,6 +380,18 @@ pub struct ToolMeter {
 }
 
 impl ToolMeter {
+    /// The engine's configured name.
+    #[must_use]
+    pub fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    /// The tool's name.
+    #[must_use]
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
     /// Counts one call of `op` that took `took` and failed with `error`, if any.
     pub fn record(&self, op: Operation, took: Duration, error: Option<&EngineError>) {
         let (count, duration) = &self.handles[op as usize];

@@ -132,6 +132,9 @@ pub(crate) fn check(cfg: &FileConfig, problems: &mut Vec<ConfigProblem>) -> Chec
     let keys = check_keys(cfg, problems);
     check_bounds(&cfg.server, problems);
     check_front_door(cfg, problems);
+    for p in crate::telemetry::check(&cfg.telemetry) {
+        problems.push(ConfigProblem::new(p.key, p.message));
+    }
     let mut bearer = Vec::new();
     for (i, b) in cfg.auth.bearer.iter().enumerate() {
         if b.caller.is_empty() || b.caller.contains('#') {

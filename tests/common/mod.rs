@@ -21,6 +21,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod jaeger;
 pub mod procs;
 pub mod proxy;
 pub mod server;

@@ -20,6 +20,7 @@
 //!   colour in log lines only on a terminal;
 //! - `rmcp_client`: the Rust MCP SDK as a client;
 //! - `trace_links`: span links from every request on a task to its start.
+//! - `traces`: OpenTelemetry traces, read back from Jaeger.
 //!
 //! Adding a file: put `tests/e2e/NAME.rs` next to this one, start it with
 //! `use crate::common;` (not `mod common;`), and add `mod NAME;` below. Tests
@@ -45,3 +46,4 @@ mod notifications;
 mod rmcp_client;
 mod shutdown;
 mod trace_links;
+mod traces;

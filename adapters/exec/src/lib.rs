@@ -18,7 +18,9 @@
 //!   temporary name and rename, so taskgate never reads half a file.
 //!
 //! The process also gets `TASKGATE_RUN_DIR`, `TASKGATE_RUN_NAME` and
-//! `TASKGATE_TOOL`. Of taskgate's own environment only the `pass_env` names
+//! `TASKGATE_TOOL`, and, when the server traces the call, `TRACEPARENT` (and
+//! `TRACESTATE`) of its engine-start span, replacing any the tool's `env` or
+//! `pass_env` would give. Of taskgate's own environment only the `pass_env` names
 //! reach it (by default `PATH`, the user's name, locale and the like; not
 //! `HOME`), and its supervisor starts from an environment cleared to those
 //! names. With `run_as` it runs as another user, who cannot read the server's
@@ -237,6 +239,7 @@ impl Pipeline for ExecPipeline {
                 arguments: &request.arguments,
                 keep_alive,
                 run_as,
+                trace: request.trace.as_ref(),
             })
         })
         .await

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use taskgate_engine::{
     Content, Engine, EngineError, InputAction, InputResponse, Pipeline, RunState, Snapshot,
-    StartRequest, ToolDecl,
+    StartRequest, ToolDecl, TraceContext,
 };
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -252,6 +252,51 @@ async fn arguments_are_never_interpreted_by_a_shell() {
     let env = seen("seen-env");
     assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
     assert!(!env.contains("CARGO_MANIFEST_DIR="), "{env}");
+}
+
+#[tokio::test]
+async fn the_trace_context_reaches_the_run_over_the_tools_own_and_no_argument_sets_it() {
+    let spool = tempfile::tempdir().unwrap();
+    let e = engine(spool.path(), json!({})).await;
+    let fixed = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let p = bind(
+        &e,
+        json!({"command": [tool("show_env.sh")],
+               "env": {"FIXED": "f", "TRACEPARENT": fixed, "TRACESTATE": "fixed=1"}}),
+    );
+    let forged = "00-11111111111111111111111111111111-2222222222222222-01";
+    let args = json!({"text": "t", "list": [], "TRACEPARENT": forged});
+    let ours = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = request("tg-traced", args.clone());
+    traced.trace = Some(TraceContext::new(ours, Some("rojo=00f067aa0ba902b7")).unwrap());
+    let env_of =
+        |run: &str| std::fs::read_to_string(run_dir(spool.path(), run).join("seen-env")).unwrap();
+    let line = |env: &str, name: &str| {
+        env.lines()
+            .filter_map(|l| l.strip_prefix(&format!("{name}=")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let run = p.start(traced).await.unwrap();
+    completed(&wait_terminal(&p, &run).await);
+    let env = env_of(&run);
+    assert_eq!(line(&env, "TRACEPARENT"), [ours], "{env}");
+    assert_eq!(line(&env, "TRACESTATE"), ["rojo=00f067aa0ba902b7"], "{env}");
+    assert_eq!(line(&env, "TASKGATE_ARG_TRACEPARENT"), [forged], "{env}");
+    // A context without a tracestate leaves none behind (not the tool's).
+    let mut bare = request("tg-traced-bare", args.clone());
+    bare.trace = Some(TraceContext::new(ours, None).unwrap());
+    let run = p.start(bare).await.unwrap();
+    completed(&wait_terminal(&p, &run).await);
+    let env = env_of(&run);
+    assert_eq!(line(&env, "TRACEPARENT"), [ours], "{env}");
+    assert!(line(&env, "TRACESTATE").is_empty(), "{env}");
+    // Untraced, the tool's own values stand.
+    let run = p.start(request("tg-untraced", args)).await.unwrap();
+    completed(&wait_terminal(&p, &run).await);
+    let env = env_of(&run);
+    assert_eq!(line(&env, "TRACEPARENT"), [fixed], "{env}");
+    assert_eq!(line(&env, "TRACESTATE"), ["fixed=1"], "{env}");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 use taskgate_engine::{EngineError, RunState, Snapshot, StartRequest};
+use tracing::Instrument as _;
 
 use super::errors::{not_found, CoreError};
 use super::{Gateway, Tool};
@@ -16,6 +17,7 @@ use crate::core::handle::{
 };
 use crate::core::slots::WaitSlot;
 use crate::core::trace_link;
+use crate::telemetry;
 
 /// A started run: its claims and the sealed handle the client gets.
 #[derive(Debug, Clone)]
@@ -85,14 +87,19 @@ impl Gateway {
         // The span of this request, sealed into the handle: every later
         // request on the task links to it.
         let start_span = trace_link::current_start();
+        // The engine-start span, a child of the request's: its context is what
+        // the engine carries into the run (when tracing is on).
+        let span = telemetry::engine_span(&tool.config.engine, tool.name(), "start");
         let request = StartRequest {
             run_name,
             arguments,
             caller_tag: caller_tag(caller),
             keep_alive: Some(retention),
-            trace: None,
+            trace: telemetry::trace_context(&span),
         };
-        let native = match tool.pipeline.start(request).await {
+        let started = tool.pipeline.start(request).instrument(span.clone()).await;
+        telemetry::record_outcome(&span, started.as_ref().err());
+        let native = match started {
             Ok(native) => native,
             Err(e) => {
                 audit::record(

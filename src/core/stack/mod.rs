@@ -2,7 +2,7 @@
 //! stacks them.
 //!
 //! An engine crate implements [`Pipeline`] and knows nothing of what follows.
-//! When the gateway binds a tool, [`build`] wraps the engine's pipeline in four
+//! When the gateway binds a tool, [`build`] wraps the engine's pipeline in five
 //! layers, outermost first (a call passes them in this order on its way to the
 //! engine):
 //!
@@ -13,7 +13,10 @@
 //!    one engine call.
 //! 3. [`RetryCancel`] (`retry.rs`): a cancel that met a retryable error is sent
 //!    again, within one more call timeout.
-//! 4. [`Deadlines`] (`deadlines.rs`): every call under `server.call_timeout`,
+//! 4. [`Traced`] (`traced.rs`): each call but `start` is one span of the
+//!    request's trace (the gateway opens the start span, whose context goes
+//!    into the run); off with tracing.
+//! 5. [`Deadlines`] (`deadlines.rs`): every call under `server.call_timeout`,
 //!    and counted on the engine-call series of `/metrics`.
 //!
 //! # Writing a layer
@@ -34,6 +37,7 @@ pub mod call_budget;
 mod deadlines;
 mod retry;
 mod single_flight;
+mod traced;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +52,7 @@ pub use call_budget::CallBudget;
 pub use deadlines::Deadlines;
 pub use retry::{retrying, RetryCancel};
 pub use single_flight::{SingleFlight, GATHER_TURNS};
+pub use traced::Traced;
 
 use super::metrics::ToolMeter;
 
@@ -61,8 +66,10 @@ pub fn build(
     call_timeout: Duration,
     meter: ToolMeter,
 ) -> Arc<dyn Pipeline> {
+    let (engine_name, tool) = (meter.engine().to_owned(), meter.tool().to_owned());
     let deadlines = layered(Deadlines::new(engine, call_timeout, meter));
-    let retry = layered(RetryCancel::new(deadlines, call_timeout));
+    let traced = layered(Traced::new(deadlines, &engine_name, &tool));
+    let retry = layered(RetryCancel::new(traced, call_timeout));
     let single_flight = layered(SingleFlight::new(retry));
     layered(CallBudget::new(single_flight))
 }

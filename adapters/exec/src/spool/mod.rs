@@ -49,6 +49,9 @@ pub(crate) struct Launch<'a> {
     pub keep_alive: Option<Duration>,
     /// The user the process runs as, when not the server's own.
     pub run_as: Option<RunAs>,
+    /// The trace context the run is started under (tracing on): its
+    /// `TRACEPARENT` and `TRACESTATE`.
+    pub trace: Option<&'a taskgate_engine::TraceContext>,
 }
 
 /// Why `dir` must not be used as (part of) the spool: another user owns it, or

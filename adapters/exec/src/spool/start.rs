@@ -229,6 +229,19 @@ impl Spool {
         ] {
             env.insert(name.to_owned(), value);
         }
+        // The run's place in the caller's trace (W3C names, as OpenTelemetry's
+        // SDKs read them). When there is one it replaces a same-named variable
+        // the tool's `env` or `pass_env` gives: the run belongs to this trace,
+        // not to a fixed or inherited one. Without one (tracing off) those stay
+        // as configured. No argument can set them (arguments are
+        // `TASKGATE_ARG_*`).
+        if let Some(trace) = launch.trace {
+            env.insert("TRACEPARENT".to_owned(), trace.traceparent().to_owned());
+            match trace.tracestate() {
+                Some(state) => env.insert("TRACESTATE".to_owned(), state.to_owned()),
+                None => env.remove("TRACESTATE"),
+            };
+        }
         CommandSpec {
             argv: target.command.clone(),
             env,

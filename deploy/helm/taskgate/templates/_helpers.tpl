@@ -284,8 +284,14 @@ ports:
   containerPort: {{ int .Values.metricsPort }}
   protocol: TCP
 {{- end }}
-{{- with .Values.env }}
 env:
+# The pod's name and namespace, for the trace resource ([telemetry]:
+# k8s.pod.name, k8s.namespace.name).
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+{{- with .Values.env }}
 {{- toYaml . | nindent 0 }}
 {{- end }}
 {{- with .Values.envFrom }}
