@@ -45,8 +45,8 @@ async fn post(
 }
 
 fn handle_costs() {
-    let keys = Keyring::new(&[("k1".into(), "0123456789abcdef0123456789abcdef-bench".into())])
-        .expect("keys");
+    // A fresh secret of the strength the keyring asks for (32 random bytes).
+    let keys = Keyring::new(&[("k1".into(), taskgate::core::handle::new_secret())]).expect("keys");
     let claims = TaskClaims {
         dialect: Dialect::TasksExtension,
         tool: "analyze_dataset".into(),
