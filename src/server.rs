@@ -400,9 +400,13 @@ async fn dispatch_unbounded(
                 params: &params,
             };
             let traced = trace_request(gw, inbound, &era, request);
+            // The trace's server span is the current one while the request
+            // is served (entered inside the log's `request` span), so the
+            // engine spans are its children, and the start span sealed into a
+            // handle and the links from later requests are this span.
             dispatch_request(gw, inbound, &era, request, out.as_ref(), &traced)
-                .instrument(span)
                 .instrument(traced.clone())
+                .instrument(span)
                 .await
         }
         Message::Notification { method, params } => {

@@ -10,7 +10,7 @@
 //!   started the run; a handle whose text was altered, or sealed by another
 //!   keyring with a span of its choosing, is refused before any link is made.
 //! - Two replicas exporting to Jaeger (`TASKGATE_JAEGER_URL`, the query base
-//!   URL; OTLP at `TASKGATE_JAEGER_OTLP`, default port 4317 of the same host):
+//!   URL; OTLP/gRPC at `TASKGATE_JAEGER_OTLP_GRPC`, both exported by `scripts/jaeger/up.sh`):
 //!   a start on A, a `tasks/get` on B with the same keyring, and Jaeger shows
 //!   B's span linking to A's start span. Skipped without Jaeger, failed with
 //!   `TASKGATE_REQUIRE_E2E=1`.
@@ -196,6 +196,19 @@ fn server_span(spans: &[SpanData], what: &str) -> SpanData {
     roots[0].clone()
 }
 
+/// The OpenTelemetry layer as `serve` stacks it: only taskgate's trace spans
+/// (target `taskgate::trace`), not the log's `request` spans.
+fn traced_spans_only(
+    provider: &SdkTracerProvider,
+) -> impl tracing_subscriber::Layer<tracing_subscriber::Registry> {
+    use tracing_subscriber::Layer as _;
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("trace-links"))
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target().starts_with(taskgate::telemetry::TARGET)
+        }))
+}
+
 /// Every link recorded on any of `spans`.
 fn links(spans: &[SpanData]) -> Vec<&opentelemetry::trace::Link> {
     spans.iter().flat_map(|s| s.links.links.iter()).collect()
@@ -207,8 +220,7 @@ async fn every_request_on_a_task_links_to_the_span_that_started_it() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace-links")));
+    let subscriber = tracing_subscriber::registry().with(traced_spans_only(&provider));
     // This thread only: the runtime of this test is single-threaded.
     let _default = tracing::subscriber::set_default(subscriber);
 
@@ -260,8 +272,7 @@ async fn requests_of_the_session_dialects_link_to_their_start_too() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace-links")));
+    let subscriber = tracing_subscriber::registry().with(traced_spans_only(&provider));
     let _default = tracing::subscriber::set_default(subscriber);
 
     let setup = Setup::config("", &[]);
@@ -323,8 +334,7 @@ async fn an_altered_or_foreign_handle_links_to_nothing() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace-links")));
+    let subscriber = tracing_subscriber::registry().with(traced_spans_only(&provider));
     let _default = tracing::subscriber::set_default(subscriber);
 
     let setup = Setup::config("", &[]);
@@ -483,23 +493,14 @@ async fn traced_request(server: &Server, traceparent: &str, method: &str, params
     reply.result().clone()
 }
 
-/// `http://HOST:4317` for the host of the query URL `base`.
-fn otlp_of(base: &str) -> String {
-    let host = base
-        .split_once("://")
-        .map_or(base, |(_, rest)| rest)
-        .split(['/', ':'])
-        .next()
-        .unwrap_or("127.0.0.1");
-    format!("http://{host}:4317")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_on_another_replica_links_to_the_start_in_jaeger() {
     let Some(jaeger) = taskgate_engine::testing::e2e_endpoint("TASKGATE_JAEGER_URL") else {
         return;
     };
-    let otlp = std::env::var("TASKGATE_JAEGER_OTLP").unwrap_or_else(|_| otlp_of(&jaeger));
+    let otlp = std::env::var("TASKGATE_JAEGER_OTLP_GRPC").expect(
+        "scripts/jaeger/up.sh exports TASKGATE_JAEGER_OTLP_GRPC beside TASKGATE_JAEGER_URL",
+    );
     let setup = Setup::with(Options {
         extra: format!(
             "[telemetry]\nendpoint = \"{otlp}\"\nprotocol = \"grpc\"\nsampling_ratio = 1.0\n"
