@@ -9,6 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use taskgate_engine::ConfigError;
 
+/// The most repositories one discover looks in (one listing page).
+pub(crate) const MAX_REPOS: usize = 100;
+
 /// The public GitHub REST API.
 pub(crate) const DEFAULT_BASE_URL: &str = "https://api.github.com";
 
@@ -232,10 +235,10 @@ impl EngineSettings {
         if lookup_delay > Duration::from_secs(10) {
             return Err(ConfigError::new("lookup_delay", "must be at most 10s"));
         }
-        if self.discover_repos.len() > crate::discover::MAX_REPOS {
+        if self.discover_repos.len() > MAX_REPOS {
             return Err(ConfigError::new(
                 "discover_repos",
-                format!("at most {} repositories", crate::discover::MAX_REPOS),
+                format!("at most {} repositories", MAX_REPOS),
             ));
         }
         let mut discover_repos = Vec::new();

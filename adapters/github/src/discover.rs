@@ -16,12 +16,9 @@ use taskgate_engine::http::{percent_encode, percent_encode_path};
 use taskgate_engine::{DiscoverOptions, Discovered, EngineError};
 
 use crate::api::Client;
-use crate::config::{Auth, Validated, DEFAULT_CORRELATION_INPUT};
+use crate::config::{Auth, Validated, DEFAULT_CORRELATION_INPUT, MAX_REPOS};
 use crate::rate_budget::RateBudget;
 use crate::workflow::{self, WorkflowError};
-
-/// The most repositories one discover looks in (one listing page).
-pub(crate) const MAX_REPOS: usize = 100;
 
 /// The most workflows read per repository (one listing page).
 const MAX_WORKFLOWS: usize = 100;
