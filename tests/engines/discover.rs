@@ -115,11 +115,18 @@ mod github {
         assert_eq!(deploy["engine"].as_str(), Some("gh"));
         assert_eq!(deploy["mode"].as_str(), Some("hybrid"));
         let schema: Value = serde_json::to_value(&deploy["input_schema"]).unwrap();
-        assert_eq!(schema, taskgate_github_double::suggested_input_schema());
+        // The workflow's `traceparent` input carries the trace context
+        // (`trace_input`): no argument of the tool.
+        let mut want = taskgate_github_double::suggested_input_schema();
+        want["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("traceparent");
+        assert_eq!(schema, want);
         let target: Value = serde_json::to_value(&deploy["target"]).unwrap();
         assert_eq!(
             target,
-            json!({"owner": "octo-org", "repo": "octo-repo", "workflow": "deploy.yml", "ref": "main", "correlate": "always"})
+            json!({"owner": "octo-org", "repo": "octo-repo", "workflow": "deploy.yml", "ref": "main", "correlate": "always", "trace_input": "traceparent"})
         );
         assert!(
             stdout.contains("# from: GitHub workflow \"Deploy\" (.github/workflows/deploy.yml) in octo-org/octo-repo\n"),

@@ -1141,11 +1141,15 @@ async fn discover_reads_an_installations_repositories_workflows_and_files() {
         .unwrap();
     let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["Deploy"]);
-    assert_eq!(
-        found[0].input_schema,
-        double::suggested_input_schema(),
-        "the schema check-config suggests"
-    );
+    // The schema check-config suggests, but for the `traceparent` input,
+    // which carries the trace context (`trace_input`).
+    let mut want = double::suggested_input_schema();
+    want["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("traceparent");
+    assert_eq!(found[0].input_schema, want);
+    assert_eq!(found[0].target["trace_input"], "traceparent");
     let repo = format!("/repos/{OWNER}/{REPO}");
     assert_eq!(
         d.lines(),
