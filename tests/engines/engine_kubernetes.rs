@@ -1330,13 +1330,17 @@ async fn a_discovered_cronjob_tool_runs_end_to_end() {
     config.push('\n');
     config.push_str(&toml);
     std::fs::write(&s.config, &config).unwrap();
-    // The description stays inside a string: no table or key of its own.
-    assert!(
-        !toml
-            .lines()
-            .any(|l| l.trim_start().starts_with("[server]") || l.trim_start().starts_with("listen")),
+    // The description stays inside a string: what discover printed reads back
+    // as one `[[tools]]` entry holding it, with no table or key of its own.
+    let doc: toml::Table = toml.parse().expect("discover prints TOML");
+    assert_eq!(
+        doc.keys().collect::<Vec<_>>(),
+        ["tools"],
         "the description injected TOML:\n{toml}"
     );
+    let entries = doc["tools"].as_array().expect("[[tools]]");
+    assert_eq!(entries.len(), 1, "{toml}");
+    assert_eq!(entries[0]["description"].as_str(), Some(hostile), "{toml}");
     check_config(&s);
     let server = s.server().await;
     run_cronjob_tool(&c, &server.client(), &name, "nightly-report").await;

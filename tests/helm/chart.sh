@@ -313,6 +313,10 @@ probes=$(jp '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.sp
 chart_rules=$(kc -n "$ns" get role tg-taskgate -o jsonpath='{.rules}')
 # (the ServiceAccount and RoleBinding have no rules: only the Role's print)
 file_rules=$(kc create --dry-run=client -o jsonpath='{.rules}' -f deploy/rbac.yaml)
+# Less deploy/rbac.yaml's CronJob rule, which the chart adds (as `get`) only for a
+# tool with a `from_cronjob` target: `taskgate discover`, the rule's other user,
+# runs from an operator's machine, not from the chart's pods.
+file_rules=${file_rules/,\{\"apiGroups\":\[\"batch\"\],\"resources\":\[\"cronjobs\"\],\"verbs\":\[\"get\",\"list\"\]\}/}
 [[ -n "$chart_rules" && "$chart_rules" == "$file_rules" ]] && ok "the chart's Role has deploy/rbac.yaml's rules" \
   || bad "Role rules differ: chart $chart_rules, deploy/rbac.yaml $file_rules"
 
