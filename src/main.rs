@@ -166,18 +166,32 @@ fn init_logs(
             .with_filter(filter.and(not_audit).and(not_traced))
             .boxed(),
     };
+    // Audit lines are written by taskgate's own sink (one line per event,
+    // straight from the event: every read is audited, so this is on the path
+    // of every `tasks/get`), in the log's layout; through tracing's formatter
+    // only to colour them on a terminal.
+    use taskgate::core::audit::{sink, LineFormat};
+    let line_format = match format {
+        LogFormat::Text => LineFormat::Text,
+        LogFormat::Json => LineFormat::Json,
+    };
     let only_audit = Targets::new().with_target(audit_target, tracing::Level::INFO);
-    let audit: Option<Boxed> = match audit_log {
-        "off" => None,
-        "stderr" | "" => {
-            let layer = tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(ansi);
-            Some(match format {
-                LogFormat::Text => layer.with_filter(only_audit).boxed(),
-                LogFormat::Json => layer.json().with_filter(only_audit).boxed(),
-            })
-        }
+    let (audit_sink, audit): (sink::Sink, Option<Boxed>) = match audit_log {
+        "off" => (sink::Sink::Off, None),
+        "stderr" | "" if ansi => (
+            sink::Sink::Tracing,
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(true)
+                    .with_filter(only_audit)
+                    .boxed(),
+            ),
+        ),
+        "stderr" | "" => (
+            sink::Sink::lines(line_format, Box::new(std::io::stderr())),
+            None,
+        ),
         path => {
             use std::os::unix::fs::OpenOptionsExt as _;
             let file = std::fs::OpenOptions::new()
@@ -186,16 +200,12 @@ fn init_logs(
                 .mode(0o600)
                 .open(path)
                 .map_err(|e| format!("cannot open the audit log {path} (--audit-log): {e}"))?;
-            Some(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_ansi(false)
-                    .with_writer(std::sync::Mutex::new(file))
-                    .with_filter(only_audit)
-                    .boxed(),
-            )
+            (sink::Sink::lines(LineFormat::Json, Box::new(file)), None)
         }
     };
+    if sink::install(audit_sink).is_err() {
+        return Err("the audit sink was installed twice".to_owned());
+    }
     tracing_subscriber::registry()
         .with(
             vec![

@@ -28,6 +28,11 @@ use sha2::{Digest, Sha256};
 
 use super::handle::Dialect;
 
+mod line;
+pub mod sink;
+
+pub use line::LineFormat;
+
 /// The log target of audit events; their own sink takes every event of this
 /// target at `info`, whatever `TASKGATE_LOG` says.
 pub const TARGET: &str = "taskgate::audit";
@@ -84,7 +89,12 @@ pub fn dialect_label(d: Dialect) -> &'static str {
 /// The short, non-reversible reference of a run in events.
 #[must_use]
 pub fn run_ref(tool: &str, native: &str) -> String {
-    let digest = Sha256::digest(format!("taskgate run\0{tool}\0{native}").as_bytes());
+    let digest = Sha256::new()
+        .chain_update(b"taskgate run\0")
+        .chain_update(tool.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(native.as_bytes())
+        .finalize();
     hex::encode(&digest[..6])
 }
 
@@ -92,25 +102,52 @@ pub fn run_ref(tool: &str, native: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub SocketAddr);
 
+/// The id of one request in audit events: a random prefix per process (so
+/// replicas differ) and a counter, written `PREFIX-N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId(u64);
+
+impl RequestId {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn prefix() -> &'static str {
+        static PREFIX: OnceLock<String> = OnceLock::new();
+        PREFIX.get_or_init(|| super::handle::random_run_name()[3..11].to_owned())
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", Self::prefix(), self.0)
+    }
+}
+
+/// Where a request came from, as events name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// An HTTP peer's socket address.
+    Socket(SocketAddr),
+    /// An HTTP request whose transport did not say (`unknown`).
+    Unknown,
+    /// A stdio message (`stdio`).
+    Stdio,
+}
+
 /// Who and what the events of one request are about, besides their own fields.
+/// Made for every request, so it holds what it was given and writes it out only
+/// when an event is written.
 #[derive(Debug, Clone)]
 pub struct Context {
-    peer: String,
-    request: String,
-    method: String,
+    origin: Origin,
+    request: RequestId,
+    method: Box<str>,
 }
 
 tokio::task_local! {
     static CONTEXT: Context;
-}
-
-/// A fresh request id: a random prefix per process (so replicas differ) and a
-/// counter.
-fn request_id() -> String {
-    static PREFIX: OnceLock<String> = OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let prefix = PREFIX.get_or_init(|| super::handle::random_run_name()[3..11].to_owned());
-    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Context {
@@ -120,9 +157,9 @@ impl Context {
     #[must_use]
     pub fn new(peer: Option<SocketAddr>, method: &str) -> Self {
         Self {
-            peer: peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
-            request: request_id(),
-            method: method.to_owned(),
+            origin: peer.map_or(Origin::Unknown, Origin::Socket),
+            request: RequestId::next(),
+            method: method.into(),
         }
     }
 
@@ -130,16 +167,16 @@ impl Context {
     #[must_use]
     pub fn stdio(method: &str) -> Self {
         Self {
-            peer: "stdio".to_owned(),
-            request: request_id(),
-            method: method.to_owned(),
+            origin: Origin::Stdio,
+            request: RequestId::next(),
+            method: method.into(),
         }
     }
 
     /// The request id events of this request carry.
     #[must_use]
-    pub fn request(&self) -> &str {
-        &self.request
+    pub fn request(&self) -> RequestId {
+        self.request
     }
 }
 
@@ -235,33 +272,11 @@ struct Event<'a> {
 }
 
 fn emit(event: &Event<'_>) {
-    let (word, reason) = match event.outcome {
-        Outcome::Ok => ("ok", ""),
-        Outcome::Failed => ("failed", ""),
-        Outcome::Refused(why) => ("refused", why),
-    };
-    let write = |context: Option<&Context>| {
-        let (peer, request, method) =
-            context.map_or(("", "", ""), |c| (&*c.peer, &*c.request, &*c.method));
-        tracing::info!(
-            target: TARGET,
-            action = event.action.label(),
-            caller = event.caller,
-            starter = event.starter,
-            approver = event.approver,
-            peer = peer,
-            request = request,
-            method = method,
-            tool = event.tool,
-            dialect = event.dialect.map_or("", dialect_label),
-            run = event.run.unwrap_or(""),
-            outcome = word,
-            reason = reason,
-            "audit"
-        );
-    };
-    if CONTEXT.try_with(|c| write(Some(c))).is_err() {
-        write(None);
+    if CONTEXT
+        .try_with(|context| sink::write(event, Some(context)))
+        .is_err()
+    {
+        sink::write(event, None);
     }
 }
 
