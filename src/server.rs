@@ -8,6 +8,7 @@
 pub mod auth;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 
 use axum::http::HeaderMap;
@@ -360,12 +361,15 @@ fn is_stateless_message(message: &Message, headers: Option<&HeaderMap>) -> bool 
 /// Serves one admitted message. `out` carries what the server sends before the
 /// response (an SSE stream, stdout). Its engine calls are bounded by
 /// `server.max_engine_calls` (an entry of a batch shares the batch's bound).
-pub async fn dispatch(
-    gw: &Gateway,
-    inbound: &Inbound<'_>,
+///
+/// Not an `async fn`: the future returned is the request's own, in its scopes,
+/// no larger (hyper moves a request's future whole).
+pub fn dispatch<'a>(
+    gw: &'a Gateway,
+    inbound: &'a Inbound<'a>,
     admitted: Admitted,
     out: Option<Outbound>,
-) -> Dispatched {
+) -> impl Future<Output = Dispatched> + 'a {
     let method = match &admitted.message {
         Message::Request { method, .. } | Message::Notification { method, .. } => method.as_str(),
         _ => "",
@@ -381,7 +385,7 @@ pub async fn dispatch(
         inbound.caller.id(),
         dispatch_unbounded(gw, inbound, admitted, out),
     );
-    audit::scope(context, work).await
+    audit::scope(context, work)
 }
 
 async fn dispatch_unbounded(
@@ -415,14 +419,23 @@ async fn dispatch_unbounded(
                 if let Some(refused) = unmappable_cancel(inbound, &era, &params) {
                     return refused;
                 }
-                cancel_operations(gw, inbound, &params).await;
+                // Boxed: a cancel's future (an engine call through the
+                // stack) is KiBs, and inline it would make every request's
+                // future as large, copied whole each time it is moved.
+                Box::pin(cancel_operations(gw, inbound, &params)).await;
             }
             Dispatched::accepted()
         }
         Message::Response { id, result, error } => {
-            if let Err(e) =
-                dialect::client_response(gw, inbound.caller, &id, result.as_ref(), error.as_ref())
-                    .await
+            // Boxed, as the cancel above: an answer reaches an engine.
+            if let Err(e) = Box::pin(dialect::client_response(
+                gw,
+                inbound.caller,
+                &id,
+                result.as_ref(),
+                error.as_ref(),
+            ))
+            .await
             {
                 log_error(&e);
             }

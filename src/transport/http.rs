@@ -418,9 +418,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Front {
         request.extensions_mut().insert(self.failures.clone());
         if request.method() == axum::http::Method::POST && request.uri().path() == "/mcp" {
             let (gw, oauth) = (self.gw.clone(), self.oauth.clone());
-            Box::pin(
-                async move { Ok(serve_mcp(gw, oauth, request.map(axum::body::Body::new)).await) },
-            )
+            Box::pin(futures::FutureExt::map(
+                serve_mcp(gw, oauth, request.map(axum::body::Body::new)),
+                Ok,
+            ))
         } else {
             Box::pin(self.router.call(request))
         }
@@ -476,7 +477,10 @@ async fn serve_mcp(
         peer,
     };
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return match server::dispatch_batch(&gw, &inbound, &body).await {
+        // Boxed, as `streamed` below: each is several KiB, and inline they
+        // would make every request's future as large, copied whole as hyper
+        // moves it.
+        return match Box::pin(server::dispatch_batch(&gw, &inbound, &body)).await {
             Ok(Some(answers)) => json_response(200, &answers),
             Ok(None) => StatusCode::ACCEPTED.into_response(),
             Err(refusal) => json_response(refusal.status, &refusal.body),
@@ -491,7 +495,7 @@ async fn serve_mcp(
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     if admitted.may_stream() && accepts_sse {
-        return streamed(gw, caller, headers, admitted, oauth, peer).await;
+        return Box::pin(streamed(gw, caller, headers, admitted, oauth, peer)).await;
     }
     let dispatched = server::dispatch(&gw, &inbound, admitted, None).await;
     finish(dispatched, oauth.as_deref())

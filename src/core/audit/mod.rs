@@ -182,8 +182,9 @@ impl Context {
 
 /// Runs `work` (the serving of one request) with `context`: every event it
 /// records carries the peer, the request id and the method.
-pub async fn scope<F: Future>(context: Context, work: F) -> F::Output {
-    CONTEXT.scope(context, work).await
+/// (Not an `async fn`: the future returned is no larger than `work`'s.)
+pub fn scope<F: Future>(context: Context, work: F) -> impl Future<Output = F::Output> {
+    CONTEXT.scope(context, work)
 }
 
 /// Writes one event of a request refused before it was read (`Host`,

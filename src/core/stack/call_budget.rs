@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use taskgate_engine::{
     EngineError, InputResponse, LogPage, NativeRef, Pipeline, Snapshot, StartRequest,
 };
@@ -51,40 +52,49 @@ tokio::task_local! {
 /// Runs `work` (the serving of one request, or of one whole batch) with a budget
 /// of `limit` engine calls. Inside a scope already open (an entry of a batch),
 /// the outer budget holds and no new one is opened.
-pub async fn within<F: Future>(limit: usize, work: F) -> F::Output {
-    if BUDGET.try_with(|_| ()).is_ok() {
-        return work.await;
+///
+/// Not an `async fn`: the future returned is `work` itself or `work` in the
+/// budget's scope, no larger (a request's future is moved whole, per request).
+pub fn within<F: Future>(limit: usize, work: F) -> impl Future<Output = F::Output> {
+    scoped(
+        (BUDGET.try_with(|_| ()).is_err()).then(|| Allowance {
+            limit,
+            used: AtomicUsize::new(0),
+            paced: None,
+            waiting: false,
+        }),
+        work,
+    )
+}
+
+/// `work` in the scope of `budget`, or as it is when there is none.
+fn scoped<F: Future>(budget: Option<Allowance>, work: F) -> impl Future<Output = F::Output> {
+    match budget {
+        None => Either::Left(work),
+        Some(budget) => Either::Right(BUDGET.scope(Arc::new(budget), work)),
     }
-    let budget = Arc::new(Allowance {
-        limit,
-        used: AtomicUsize::new(0),
-        paced: None,
-        waiting: false,
-    });
-    BUDGET.scope(budget, work).await
 }
 
 /// As [`within`], the waits of the request counting against `caller`'s
 /// `server.max_wait_reads_per_minute` in `quotas`.
-pub async fn within_for<F: Future>(
+pub fn within_for<F: Future>(
     limit: usize,
     quotas: &Arc<Quotas>,
     caller: &str,
     work: F,
-) -> F::Output {
-    if BUDGET.try_with(|_| ()).is_ok() {
-        return work.await;
-    }
-    let budget = Arc::new(Allowance {
-        limit,
-        used: AtomicUsize::new(0),
-        paced: Some(Paced {
-            quotas: quotas.clone(),
-            caller: caller.to_owned(),
+) -> impl Future<Output = F::Output> {
+    scoped(
+        (BUDGET.try_with(|_| ()).is_err()).then(|| Allowance {
+            limit,
+            used: AtomicUsize::new(0),
+            paced: Some(Paced {
+                quotas: quotas.clone(),
+                caller: caller.to_owned(),
+            }),
+            waiting: false,
         }),
-        waiting: false,
-    });
-    BUDGET.scope(budget, work).await
+        work,
+    )
 }
 
 /// Runs `work` outside the request's budget: the reads of a request that waits
