@@ -18,6 +18,8 @@ use std::time::{Duration, SystemTime};
 pub struct Access {
     /// When the api-server took the request (the line's time less its duration).
     pub started: SystemTime,
+    /// When the line was written (the request was over).
+    pub written: SystemTime,
     /// `GET`, `POST`, ….
     pub method: String,
     /// The request's path, without its query.
@@ -69,6 +71,7 @@ pub fn parse(line: &str) -> Option<Access> {
     let path = field(line, "path").unwrap_or_else(|| unreadable(line));
     Some(Access {
         started: written - Duration::from_micros(took),
+        written,
         method: method.to_owned(),
         path: path.to_owned(),
         line: line.to_owned(),
@@ -106,6 +109,10 @@ mod tests {
         assert_eq!(
             a.started,
             humantime::parse_rfc3339("2026-12-07T13:44:13.193313Z").unwrap()
+        );
+        assert_eq!(
+            a.written,
+            humantime::parse_rfc3339("2026-12-07T13:44:13.254918Z").unwrap()
         );
         assert!(parse("2026-12-07T13:44:13Z [info] scheduler heartbeat").is_none());
     }

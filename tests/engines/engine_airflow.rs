@@ -236,7 +236,13 @@ async fn an_idle_server_makes_no_airflow_calls() {
         }
     })
     .await;
-    let idle: Vec<String> = airflow::requests_for("tg_idle")
+    let logged = airflow::requests_for("tg_idle");
+    let late = logged
+        .iter()
+        .filter(|a| ours(a) && a.started < opened && a.written >= opened)
+        .count();
+    eprintln!("[airflow idle] {late} request(s) made before the window logged after it opened");
+    let idle: Vec<String> = logged
         .into_iter()
         .filter(|a| ours(a) && a.made_in(opened, closed))
         .map(|a| a.line)
