@@ -78,8 +78,8 @@ pub fn parse(line: &str) -> Option<Access> {
     })
 }
 
-/// The requests for DAG `dag` (paths under `/api/v2/dags/{dag}/`) in the access
-/// log so far, in the order their lines were written.
+/// The requests for DAG `dag` (the path `/api/v2/dags/{dag}` and those under
+/// it) in the access log so far, in the order their lines were written.
 ///
 /// # Panics
 ///
@@ -89,10 +89,11 @@ pub fn requests_for(dag: &str) -> Vec<Access> {
     let home = std::env::var("TASKGATE_AIRFLOW_HOME")
         .expect("TASKGATE_AIRFLOW_HOME (scripts/airflow/up.sh prints it)");
     let log = std::fs::read_to_string(format!("{home}/api-server.log")).unwrap_or_default();
-    let under = format!("/api/v2/dags/{dag}/");
+    let dag_path = format!("/api/v2/dags/{dag}");
+    let under = format!("{dag_path}/");
     log.lines()
         .filter_map(parse)
-        .filter(|a| a.path.starts_with(&under))
+        .filter(|a| a.path == dag_path || a.path.starts_with(&under))
         .collect()
 }
 

@@ -202,7 +202,7 @@ async fn an_idle_server_makes_no_airflow_calls() {
     let closed = SystemTime::now();
     // The test's own look-up (a listing of the DAG's runs, made after the window).
     let run = run_id(&url, "tg_idle", &marker).await;
-    // This server's requests: the DAG's own paths (`…/tg_idle`, `…/details`)
+    // This server's requests: the DAG's own paths (`…/tg_idle`, `…/details`, …)
     // and this run's; not the DAG's run list (where runs are triggered and
     // looked up) nor other runs (other tests use the DAG too).
     let runs = "/api/v2/dags/tg_idle/dagRuns";
