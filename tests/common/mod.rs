@@ -13,12 +13,14 @@
 //! - [`procs`]: the processes a run left behind;
 //! - [`proxy`]: a raw TCP proxy in front of an upstream that the test can
 //!   make refuse or hang, counting what it carries;
+//! - [`airflow`]: Airflow's access log, each request with when it was made;
 //! - [`wait_for`]: the one polling helper.
 //!
 //! Every wait is a condition polled against a deadline; nothing sleeps and hopes.
 
 #![allow(dead_code, unused_imports)]
 
+pub mod airflow;
 pub mod client;
 pub mod cluster;
 pub mod jaeger;

@@ -8,8 +8,9 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use common::airflow::{self, Access};
 use common::{wait_for as until, Legacy, Server, Setup};
 use serde_json::{json, Value};
 use taskgate_engine::testing::e2e_endpoint;
@@ -57,17 +58,6 @@ target = {{ dag_id = "{dag}"{extra_target} }}
             ("TASKGATE__SERVER__CALL_TIMEOUT", "45s"),
         ],
     )
-}
-
-/// Requests for `dag` in Airflow's access log (the api-server's `http.access` lines).
-fn access_lines(dag: &str) -> usize {
-    let home = std::env::var("TASKGATE_AIRFLOW_HOME")
-        .expect("TASKGATE_AIRFLOW_HOME (scripts/airflow/up.sh prints it)");
-    let log = std::fs::read_to_string(format!("{home}/api-server.log")).unwrap_or_default();
-    let needle = format!("path=/api/v2/dags/{dag}/");
-    log.lines()
-        .filter(|l| l.contains("http.access") && l.contains(&needle))
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,35 +169,23 @@ async fn a_server_killed_mid_run_loses_nothing() {
     );
 }
 
+/// Counted in Airflow's access log, by when each request was made (see
+/// `common::airflow`): after a read of a running run, the server asks Airflow
+/// nothing about it for two seconds (ten poll intervals) until the client asks
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_server_makes_no_airflow_calls() {
     let Some(url) = airflow() else { return };
     let s = setup(&url, "tg_idle", "");
     let server = Server::start(&s).await;
     let c = server.client();
-    let task = c.start_task("pipeline", json!({})).await;
+    let marker = token("idle");
+    let task = c.start_task("pipeline", json!({"dataset": marker})).await;
     let r: Value = c.get_reply(&task).await.result().clone();
     assert_eq!(r["status"], "working", "{r}");
-    // The api-server writes its access log line as it answers; wait until the last
-    // read is in it.
-    let seen = until("the last read in the access log", LIMIT, || async {
-        let n = access_lines("tg_idle");
-        if n > 0 {
-            Ok(n)
-        } else {
-            Err(n.to_string())
-        }
-    })
-    .await;
-    let before = until("the access log to settle", LIMIT, || async {
-        let n = access_lines("tg_idle");
-        if n == seen {
-            Ok(n)
-        } else {
-            Err(n.to_string())
-        }
-    })
-    .await;
+    // The read has answered: every request it made was taken by the api-server
+    // before this moment (their lines may be written a little later).
+    let opened = SystemTime::now();
     let watched = Instant::now();
     until(
         "two seconds of idleness (ten poll intervals)",
@@ -221,15 +199,61 @@ async fn an_idle_server_makes_no_airflow_calls() {
         },
     )
     .await;
-    assert_eq!(
-        access_lines("tg_idle"),
-        before,
-        "the idle server called Airflow"
-    );
+    let closed = SystemTime::now();
+    // The test's own look-up (a listing of the DAG's runs, made after the window).
+    let run = run_id(&url, "tg_idle", &marker).await;
+    // This server's requests: the DAG's own paths (`…/tg_idle`, `…/details`, …)
+    // and this run's; not the DAG's run list (where runs are triggered and
+    // looked up) nor other runs (other tests use the DAG too).
+    let runs = "/api/v2/dags/tg_idle/dagRuns";
+    let this_run = format!("{runs}/{run}");
+    let of_run = |a: &Access| a.path == this_run || a.path.starts_with(&format!("{this_run}/"));
+    let ours = |a: &Access| !a.path.starts_with(runs) || of_run(a);
+    // Not a log that shows nothing: the read's request is in it, made before
+    // the window.
+    until("the read's request in the access log", LIMIT, || async {
+        if airflow::requests_for("tg_idle")
+            .iter()
+            .any(|a| of_run(a) && a.started < opened)
+        {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
     assert!(c.cancel_reply(&task).await.is_ok());
+    // Lines are written as requests end: once the cancel's PATCH, made after
+    // the window, is in the log, a request made inside the window has had the
+    // whole cancel to end and be written too.
+    until("the cancel's PATCH in the access log", LIMIT, || async {
+        if airflow::requests_for("tg_idle")
+            .iter()
+            .any(|a| a.method == "PATCH" && a.path == this_run && a.started >= closed)
+        {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    let logged = airflow::requests_for("tg_idle");
+    let late = logged
+        .iter()
+        .filter(|a| ours(a) && a.started < opened && a.written >= opened)
+        .count();
+    eprintln!("[airflow idle] {late} request(s) made before the window logged after it opened");
+    let idle: Vec<String> = logged
+        .into_iter()
+        .filter(|a| ours(a) && a.made_in(opened, closed))
+        .map(|a| a.line)
+        .collect();
     assert!(
-        access_lines("tg_idle") > before,
-        "the access log does not show the cancel's calls"
+        idle.is_empty(),
+        "the idle server called Airflow between {} and {}:\n{}",
+        humantime::format_rfc3339_micros(opened),
+        humantime::format_rfc3339_micros(closed),
+        idle.join("\n")
     );
 }
 

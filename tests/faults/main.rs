@@ -1205,13 +1205,18 @@ static AIRFLOW: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Requests naming `dag` in the api-server's access log.
 fn airflow_requests(dag: &str) -> u64 {
-    let home = std::env::var("TASKGATE_AIRFLOW_HOME")
-        .expect("TASKGATE_AIRFLOW_HOME (scripts/airflow/up.sh prints it)");
-    let log = std::fs::read_to_string(format!("{home}/api-server.log")).unwrap_or_default();
-    let needle = format!("path=/api/v2/dags/{dag}/");
-    log.lines()
-        .filter(|l| l.contains("http.access") && l.contains(&needle))
-        .count() as u64
+    common::airflow::requests_for(dag).len() as u64
+}
+
+/// Requests for `dag` made (taken by the api-server) in `[from, to)`: its lines
+/// are written as they end, so when a line shows up says nothing of when its
+/// request was made (see `common::airflow`).
+fn airflow_requests_made(dag: &str, from: SystemTime, to: SystemTime) -> Vec<String> {
+    common::airflow::requests_for(dag)
+        .into_iter()
+        .filter(|a| a.made_in(from, to))
+        .map(|a| a.line)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1223,13 +1228,15 @@ async fn airflow_idle_task_gets_no_request_while_another_waits() {
     let s = airflow_setup(&url, &[("quiet", "tg_idle", ""), ("waited", "tg_long", "")]);
     let server = s.server().await;
     let c = server.client();
-    let logged = airflow_requests("tg_idle");
+    let since = SystemTime::now();
     let task = c.start_task("quiet", json!({})).await;
     assert_eq!(c.get(&task).await["status"], "working");
-    // The api-server logs a request as it answers: wait until the start and
-    // the read are there.
+    // Not a log that shows nothing: the read's request is in it.
     wait_for("the idle task's read in the access log", LIMIT, || async {
-        (airflow_requests("tg_idle") >= logged + 2).then_some(())
+        airflow_requests_made("tg_idle", since, SystemTime::now())
+            .iter()
+            .any(|l| l.contains("method=GET path=/api/v2/dags/tg_idle/dagRuns/"))
+            .then_some(())
     })
     .await;
 
@@ -1244,23 +1251,39 @@ async fn airflow_idle_task_gets_no_request_while_another_waits() {
         })
     };
 
-    let before = airflow_requests("tg_idle");
+    let opened = SystemTime::now();
     let busy_before = airflow_requests("tg_long");
     let began = Instant::now();
     idle_window(|| airflow_requests("tg_long"), 3).await;
     let watched = began.elapsed();
+    let closed = SystemTime::now();
     assert!(!waiting.is_finished(), "tasks/result answered early");
-    assert_eq!(
-        airflow_requests("tg_idle"),
-        before,
-        "Airflow received requests for the idle task during {watched:?}"
+    assert!(c.cancel_reply(&task).await.is_ok());
+    // Lines are written as requests end: once the idle task's cancel (made
+    // after the window) is logged, a request made inside the window has had
+    // the whole cancel to end and be written too.
+    wait_for(
+        "the idle task's cancel in the access log",
+        LIMIT,
+        || async {
+            airflow_requests_made("tg_idle", closed, SystemTime::now())
+                .iter()
+                .any(|l| l.contains("method=PATCH"))
+                .then_some(())
+        },
+    )
+    .await;
+    let idle = airflow_requests_made("tg_idle", opened, closed);
+    assert!(
+        idle.is_empty(),
+        "Airflow received requests for the idle task during {watched:?}:\n{}",
+        idle.join("\n")
     );
     eprintln!(
         "[airflow idle] {watched:?} (poll interval {POLL:?}): idle DAG 0 requests in the access log; \
          the waiting request's DAG {} requests",
         airflow_requests("tg_long") - busy_before
     );
-    assert!(c.cancel_reply(&task).await.is_ok());
     legacy
         .request("tasks/cancel", json!({"taskId": other}))
         .await;

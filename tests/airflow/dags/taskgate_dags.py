@@ -155,8 +155,9 @@ with DAG(
     never()
 
 
-# Runs for two minutes: only the zero-calls-while-idle test uses it, so that every
-# request for it in Airflow's access log comes from that test.
+# Runs for two minutes: a run that stays running while the zero-calls-while-idle
+# tests count the requests made for it (by run, in Airflow's access log or at a
+# proxy: several tests use this DAG).
 with DAG(
     dag_id="tg_idle",
     schedule=None,
