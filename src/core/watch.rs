@@ -8,11 +8,17 @@
 //! as soon as its last subscriber is dropped (the stream closed or was
 //! cancelled), when the run is terminal, or when the engine no longer knows the
 //! run: a watch never outlives the requests that asked for it.
+//!
+//! What a watch publishes is a [`Change`]: the run's state, and a slot for
+//! the text its subscribers write for that state. The first subscriber to
+//! need the text writes it; every other one sends the same bytes, so a change
+//! seen by 10,000 streams is written once, not 10,000 times.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use taskgate_engine::{EngineError, Pipeline, Snapshot};
 use tokio::sync::watch;
 
@@ -25,12 +31,42 @@ pub enum Seen {
     Gone,
 }
 
+/// One published state of a watched run, shared by every subscriber.
+#[derive(Debug)]
+pub struct Change {
+    seen: Seen,
+    rendered: OnceLock<Vec<Bytes>>,
+}
+
+impl Change {
+    fn new(seen: Seen) -> Arc<Self> {
+        Arc::new(Self {
+            seen,
+            rendered: OnceLock::new(),
+        })
+    }
+
+    /// What the watch saw.
+    #[must_use]
+    pub fn seen(&self) -> &Seen {
+        &self.seen
+    }
+
+    /// The text the subscribers write for this state, made by `render` the
+    /// first time it is asked for and shared after that. Every subscriber of
+    /// a watch must render a state the same way (one dialect, one tool):
+    /// `render` sees the run's state only, never a subscriber's request.
+    pub fn rendered(&self, render: impl FnOnce(&Seen) -> Vec<Bytes>) -> &[Bytes] {
+        self.rendered.get_or_init(|| render(&self.seen))
+    }
+}
+
 type Key = (String, String);
 
 /// The watches of one server, by (tool, run).
 #[derive(Debug, Default)]
 pub struct Watches {
-    runs: Mutex<HashMap<Key, watch::Sender<Seen>>>,
+    runs: Mutex<HashMap<Key, watch::Sender<Arc<Change>>>>,
 }
 
 impl Watches {
@@ -50,17 +86,17 @@ impl Watches {
         native: &str,
         poll: Duration,
         seed: &Snapshot,
-    ) -> watch::Receiver<Seen> {
+    ) -> watch::Receiver<Arc<Change>> {
         let key = (tool.to_owned(), native.to_owned());
         let mut runs = self.runs.lock().expect("lock");
         if let Some(tx) = runs.get(&key) {
             let mut rx = tx.subscribe();
-            if *rx.borrow_and_update() != Seen::Run(seed.clone()) {
+            if !matches!(&rx.borrow_and_update().seen, Seen::Run(s) if s == seed) {
                 rx.mark_changed();
             }
             return rx;
         }
-        let (tx, rx) = watch::channel(Seen::Run(seed.clone()));
+        let (tx, rx) = watch::channel(Change::new(Seen::Run(seed.clone())));
         runs.insert(key.clone(), tx.clone());
         drop(runs);
         let hub = Arc::clone(self);
@@ -88,7 +124,7 @@ async fn follow(
     native: &str,
     poll: Duration,
     seed: Snapshot,
-    tx: &watch::Sender<Seen>,
+    tx: &watch::Sender<Arc<Change>>,
 ) {
     let native = native.to_owned();
     let mut last = seed;
@@ -99,12 +135,12 @@ async fn follow(
         match pipeline.wait_for_change(&native, &last, pace).await {
             Ok(snapshot) => {
                 if snapshot != last {
-                    tx.send_replace(Seen::Run(snapshot.clone()));
+                    tx.send_replace(Change::new(Seen::Run(snapshot.clone())));
                 }
                 last = snapshot;
             }
             Err(EngineError::NotFound) => {
-                tx.send_replace(Seen::Gone);
+                tx.send_replace(Change::new(Seen::Gone));
                 return;
             }
             Err(e) => {
