@@ -46,6 +46,12 @@ impl Change {
         })
     }
 
+    /// A change as a watch would publish it, for tests of its subscribers.
+    #[cfg(test)]
+    pub(crate) fn for_test(seen: Seen) -> Arc<Self> {
+        Self::new(seen)
+    }
+
     /// What the watch saw.
     #[must_use]
     pub fn seen(&self) -> &Seen {
@@ -64,16 +70,47 @@ impl Change {
 type Key = (String, String);
 
 /// The watches of one server, by (tool, run).
+///
+/// Subscribers do not hang on a watch directly but on a relay of it, one per
+/// serving thread (runtime) that has subscribers of the run: a change wakes
+/// each relay once, and each relay wakes its subscribers on its own thread.
+/// Thousands of streams on two lanes are then woken by two cross-thread
+/// wake-ups, not thousands, and each lane sends its streams' notifications
+/// in the order they were woken, before the work that arrives meanwhile (a
+/// task woken from another thread waits behind the lane's own).
 #[derive(Debug, Default)]
 pub struct Watches {
-    runs: Mutex<HashMap<Key, watch::Sender<Arc<Change>>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: HashMap<Key, watch::Sender<Arc<Change>>>,
+    relays: HashMap<(Key, tokio::runtime::Id), watch::Sender<Arc<Change>>>,
+}
+
+/// Replaces `slot` with `change` unless it holds that very change.
+fn offer(slot: &watch::Sender<Arc<Change>>, change: &Arc<Change>) {
+    slot.send_if_modified(|held| {
+        let new = !Arc::ptr_eq(held, change);
+        if new {
+            *held = Arc::clone(change);
+        }
+        new
+    });
 }
 
 impl Watches {
     /// Watches open right now (for tests and `/metrics`).
     #[must_use]
     pub fn open(&self) -> usize {
-        self.runs.lock().expect("lock").len()
+        self.inner.lock().expect("lock").runs.len()
+    }
+
+    /// Relays open right now (for tests).
+    #[cfg(test)]
+    fn relays(&self) -> usize {
+        self.inner.lock().expect("lock").relays.len()
     }
 
     /// Subscribes to the run `native` of `tool`: joins its watch, or starts one
@@ -88,28 +125,104 @@ impl Watches {
         seed: &Snapshot,
     ) -> watch::Receiver<Arc<Change>> {
         let key = (tool.to_owned(), native.to_owned());
-        let mut runs = self.runs.lock().expect("lock");
-        if let Some(tx) = runs.get(&key) {
-            let mut rx = tx.subscribe();
-            if !matches!(&rx.borrow_and_update().seen, Seen::Run(s) if s == seed) {
-                rx.mark_changed();
+        let lane = tokio::runtime::Handle::current().id();
+        let mut inner = self.inner.lock().expect("lock");
+        let main = match inner.runs.get(&key) {
+            Some(main) => main.clone(),
+            None => self.start(&mut inner, key.clone(), pipeline, poll, seed),
+        };
+        let relay_key = (key, lane);
+        let mut rx = match inner.relays.get(&relay_key) {
+            Some(relay) => {
+                // The relay may not have passed the latest change on yet.
+                offer(relay, &main.borrow());
+                relay.subscribe()
             }
-            return rx;
+            None => self.relay(&mut inner, relay_key, main.subscribe()),
+        };
+        drop(inner);
+        if !matches!(&rx.borrow_and_update().seen, Seen::Run(s) if s == seed) {
+            rx.mark_changed();
         }
-        let (tx, rx) = watch::channel(Change::new(Seen::Run(seed.clone())));
-        runs.insert(key.clone(), tx.clone());
-        drop(runs);
+        rx
+    }
+
+    /// Starts the watch of `key`'s run, seeded with `seed`.
+    fn start(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        key: Key,
+        pipeline: &Arc<dyn Pipeline>,
+        poll: Duration,
+        seed: &Snapshot,
+    ) -> watch::Sender<Arc<Change>> {
+        let (tx, _) = watch::channel(Change::new(Seen::Run(seed.clone())));
+        inner.runs.insert(key.clone(), tx.clone());
         let hub = Arc::clone(self);
         let pipeline = Arc::clone(pipeline);
         let seed = seed.clone();
+        let main = tx.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = tx.closed() => {}
-                () = follow(&*pipeline, &key.1, poll, seed, &tx) => {}
+            let following = follow(&*pipeline, &key.1, poll, seed, &tx);
+            tokio::pin!(following);
+            loop {
+                tokio::select! {
+                    () = tx.closed() => {
+                        // A relay may have joined since the last one left.
+                        let mut inner = hub.inner.lock().expect("lock");
+                        if tx.receiver_count() == 0 {
+                            if inner.runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                                inner.runs.remove(&key);
+                            }
+                            return;
+                        }
+                    }
+                    () = &mut following => break,
+                }
             }
-            let mut runs = hub.runs.lock().expect("lock");
-            if runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
-                runs.remove(&key);
+            let mut inner = hub.inner.lock().expect("lock");
+            if inner.runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                inner.runs.remove(&key);
+            }
+        });
+        main
+    }
+
+    /// Starts the relay of `from` on this thread, for `key`.
+    fn relay(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        key: (Key, tokio::runtime::Id),
+        mut from: watch::Receiver<Arc<Change>>,
+    ) -> watch::Receiver<Arc<Change>> {
+        let (tx, rx) = watch::channel(Arc::clone(&from.borrow_and_update()));
+        inner.relays.insert(key.clone(), tx.clone());
+        let hub = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tx.closed() => {
+                        // A subscriber may have joined since the last one left.
+                        let mut inner = hub.inner.lock().expect("lock");
+                        if tx.receiver_count() == 0 {
+                            if inner.relays.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                                inner.relays.remove(&key);
+                            }
+                            return;
+                        }
+                    }
+                    changed = from.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let change = Arc::clone(&from.borrow_and_update());
+                        offer(&tx, &change);
+                    }
+                }
+            }
+            let mut inner = hub.inner.lock().expect("lock");
+            if inner.relays.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                inner.relays.remove(&key);
             }
         });
         rx
@@ -249,6 +362,55 @@ mod tests {
         while !check() {
             assert!(tokio::time::Instant::now() < deadline, "{what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Two serving threads, two subscribers each on one run: one watch, one
+    /// relay per thread, every subscriber sees the changes, and nothing is
+    /// left once they are gone.
+    #[test]
+    fn each_thread_relays_the_one_watch_to_its_own_subscribers() {
+        let hub = Arc::new(Watches::default());
+        let counting = Arc::new(Counting::default());
+        let pipeline: Arc<dyn Pipeline> = counting.clone();
+        let all_subscribed = Arc::new(std::sync::Barrier::new(3));
+        let checked = Arc::new(std::sync::Barrier::new(3));
+        let lanes: Vec<_> = (0..2)
+            .map(|_| {
+                let (hub, pipeline) = (hub.clone(), pipeline.clone());
+                let (all_subscribed, checked) = (all_subscribed.clone(), checked.clone());
+                std::thread::spawn(move || {
+                    let lane = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    lane.block_on(async {
+                        let poll = Duration::from_millis(20);
+                        let mut a = hub.subscribe("t", &pipeline, "run", poll, &working());
+                        let mut b = hub.subscribe("t", &pipeline, "run", poll, &working());
+                        a.changed().await.unwrap();
+                        b.changed().await.unwrap();
+                        all_subscribed.wait();
+                        checked.wait();
+                        // Changes keep coming through this thread's relay.
+                        let seen = a.borrow_and_update().clone();
+                        a.changed().await.unwrap();
+                        assert!(!Arc::ptr_eq(&seen, &a.borrow_and_update()));
+                        drop((a, b));
+                        until("no relay and no watch left", || {
+                            hub.relays() == 0 && hub.open() == 0
+                        })
+                        .await;
+                    });
+                })
+            })
+            .collect();
+        all_subscribed.wait();
+        assert_eq!(hub.open(), 1, "one watch for the run");
+        assert_eq!(hub.relays(), 2, "one relay per thread");
+        checked.wait();
+        for lane in lanes {
+            lane.join().unwrap();
         }
     }
 

@@ -706,8 +706,9 @@ pub fn no_tickets(_: &str, _: &taskgate_engine::InputRequest) -> Option<Value> {
     None
 }
 
-/// The `DetailedTask` view of a run, as a value (for the listen stream, which
-/// adds to it).
+/// The `DetailedTask` view of a run, as a value: what a listen stream's
+/// notification is checked against in its tests.
+#[cfg(test)]
 #[must_use]
 pub fn detailed_task(
     task_id: &str,

@@ -212,7 +212,10 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     tracing::info!("stopping: no new connections; requests in flight may finish");
     let _ = stop_tx.send(true);
     drop(held);
-    if tokio::time::timeout(SHUTDOWN_GRACE, open.recv()).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, open.recv())
+        .await
+        .is_err()
+    {
         tracing::warn!("requests still in flight after the grace period; stopping anyway");
     }
     // What is still open is cut off with its lane.

@@ -235,7 +235,9 @@ impl Own {
         let created_at = claims.created_at();
         let created_text = timestamp(created_at);
         let mut head = Vec::with_capacity(192 + task_id.len());
-        head.extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"_meta":{""#);
+        head.extend_from_slice(
+            br#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"_meta":{""#,
+        );
         head.extend_from_slice(SUBSCRIPTION_ID.as_bytes());
         head.extend_from_slice(b"\":");
         json::value(&mut head, to.id);
@@ -347,4 +349,222 @@ fn state_members(view: &DetailedTask<'_>, elicitation: bool) -> Vec<u8> {
 
 fn send(out: &Outbound, method: &str, params: Value) {
     let _ = out.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }).into());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use taskgate_engine::{InputRequest, RunState, Snapshot, ToolOutput};
+
+    use super::*;
+    use crate::core::handle::Dialect;
+    use crate::core::watch::Change;
+
+    async fn gateway(dir: &std::path::Path) -> Gateway {
+        let text = format!(
+            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"pMB786Hyqn13qKAg6PJpP+906egOk+Zaf0+qlrAiAeU=\" }}]\n\n\
+             [engines.local]\nkind = \"exec\"\nspool_dir = \"{}\"\n\n\
+             [[tools]]\nname = \"slow\"\nengine = \"local\"\nmode = \"async\"\npoll_interval = \"3s\"\n\
+             target = {{ command = [\"/bin/true\"] }}\n",
+            dir.join("spool").display(),
+        );
+        let path = dir.join("listen.toml");
+        std::fs::write(&path, text).unwrap();
+        crate::load(&path).await.expect("the config loads")
+    }
+
+    fn claims(created_ms: u64, ttl_ms: Option<u64>) -> TaskClaims {
+        TaskClaims {
+            dialect: Dialect::TasksExtension,
+            tool: "slow".into(),
+            native: "run-1".into(),
+            created_ms,
+            ttl_ms,
+            trace: None,
+        }
+    }
+
+    const CREATED_MS: u64 = 1_796_000_000_123;
+
+    /// A run in each state, with update times before, after and without one.
+    fn snapshots() -> Vec<Snapshot> {
+        let ask = BTreeMap::from([(
+            "name".to_owned(),
+            InputRequest {
+                message: "Who \"runs\" this?\n".into(),
+                requested_schema: json!({ "type": "object" }),
+                approval: false,
+            },
+        )]);
+        let states = [
+            RunState::Working {
+                message: Some("step 2 of 3 — \u{7} é".into()),
+                progress: None,
+            },
+            RunState::Working {
+                message: None,
+                progress: None,
+            },
+            RunState::InputRequired {
+                requests: ask,
+                message: Some("waiting".into()),
+            },
+            RunState::Completed(ToolOutput::text("done \"quoted\"")),
+            RunState::Failed {
+                message: "lost".into(),
+            },
+            RunState::Cancelled { message: None },
+        ];
+        let mut all = Vec::new();
+        for state in states {
+            for updated in [
+                None,
+                Some(UNIX_EPOCH + Duration::from_millis(CREATED_MS - 5_000)),
+                Some(UNIX_EPOCH + Duration::from_millis(CREATED_MS + 61_000)),
+            ] {
+                let mut s = Snapshot::new(state.clone());
+                s.updated_at = updated;
+                s.poll_hint = Some(Duration::from_secs(7));
+                all.push(s);
+            }
+        }
+        all
+    }
+
+    /// The notification as it was made before it was written in pieces: the
+    /// `DetailedTask` of `tasks/get`, less `resultType`, plus the
+    /// subscription id; the question hidden from a request without
+    /// elicitation.
+    fn as_tasks_get(
+        to: Subscriber<'_>,
+        task_id: &str,
+        claims: &TaskClaims,
+        tool: &Tool,
+        snapshot: &Snapshot,
+    ) -> Value {
+        let mut task =
+            super::super::detailed_task(task_id, claims, tool, snapshot, &super::super::no_tickets);
+        let t = task.as_object_mut().unwrap();
+        t.remove("resultType");
+        if !to.elicitation && t.remove("inputRequests").is_some() {
+            t.insert("statusMessage".into(), json!(UNDECLARED_INPUT));
+        }
+        t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: to.id }));
+        json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": task })
+    }
+
+    fn text(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.concat()
+    }
+
+    #[tokio::test]
+    async fn a_notification_is_the_detailed_task_of_tasks_get_for_every_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let tool = gw.tool("slow").unwrap();
+        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
+        for id in [json!("listen-1"), json!(7), json!("odd \"id\"\n")] {
+            for elicitation in [false, true] {
+                for ttl in [Some(3_600_000), None] {
+                    let claims = claims(CREATED_MS, ttl);
+                    let to = Subscriber {
+                        out: &out,
+                        id: &id,
+                        elicitation,
+                    };
+                    let own = Own::new(to, "tg3.k.task-Id_1", &claims);
+                    for snapshot in snapshots() {
+                        let rendered = render(tool, &Seen::Run(snapshot.clone()));
+                        let written = text(&own.pieces(&snapshot, &rendered));
+                        let value: Value = serde_json::from_slice(&written).unwrap_or_else(|e| {
+                            panic!("{e}: {}", String::from_utf8_lossy(&written))
+                        });
+                        assert_eq!(
+                            value,
+                            as_tasks_get(to, "tg3.k.task-Id_1", &claims, tool, &snapshot),
+                            "{snapshot:?}, elicitation {elicitation}"
+                        );
+                        assert!(!written.contains(&b'\n'), "one line of JSON text");
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_on_one_run_share_its_text_and_keep_their_own_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let tool = gw.tool("slow").unwrap();
+        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let claims = claims(CREATED_MS, Some(60_000));
+        let (a_id, b_id) = (json!("listen-a"), json!("listen-b"));
+        let a = Own::new(
+            Subscriber {
+                out: &out,
+                id: &a_id,
+                elicitation: true,
+            },
+            "tg3.k.A",
+            &claims,
+        );
+        let a_again = Own::new(
+            Subscriber {
+                out: &out,
+                id: &a_id,
+                elicitation: true,
+            },
+            "tg3.k.A",
+            &claims,
+        );
+        let b = Own::new(
+            Subscriber {
+                out: &out,
+                id: &b_id,
+                elicitation: false,
+            },
+            "tg3.k.B",
+            &claims,
+        );
+        let renders = AtomicUsize::new(0);
+        for snapshot in snapshots() {
+            // One change, as a watch publishes it, seen by three streams.
+            let change = Change::for_test(Seen::Run(snapshot.clone()));
+            let render_once = |seen: &Seen| {
+                renders.fetch_add(1, Ordering::SeqCst);
+                render(tool, seen)
+            };
+            let pa = a.pieces(&snapshot, change.rendered(render_once));
+            let pa2 = a_again.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
+            let pb = b.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
+            // The same request on the same task: the same bytes.
+            assert_eq!(text(&pa), text(&pa2));
+            // The run's state is one copy for every stream that may see it.
+            assert_eq!(pa[2].as_ptr(), pa2[2].as_ptr(), "shared, not copied");
+            if !matches!(snapshot.state, RunState::InputRequired { .. }) {
+                assert_eq!(pa[2].as_ptr(), pb[2].as_ptr(), "shared, not copied");
+            }
+            // Each stream's own members stay its own.
+            let va: Value = serde_json::from_slice(&text(&pa)).unwrap();
+            let vb: Value = serde_json::from_slice(&text(&pb)).unwrap();
+            assert_eq!(va["params"]["_meta"][SUBSCRIPTION_ID], "listen-a");
+            assert_eq!(vb["params"]["_meta"][SUBSCRIPTION_ID], "listen-b");
+            assert_eq!(va["params"]["taskId"], "tg3.k.A");
+            assert_eq!(vb["params"]["taskId"], "tg3.k.B");
+            // A question is shown only to the stream that declared elicitation.
+            if matches!(snapshot.state, RunState::InputRequired { .. }) {
+                assert!(va["params"]["inputRequests"].is_object());
+                assert!(vb["params"].get("inputRequests").is_none());
+                assert_eq!(vb["params"]["statusMessage"], UNDECLARED_INPUT);
+            }
+        }
+        assert_eq!(
+            renders.load(Ordering::SeqCst),
+            snapshots().len(),
+            "written once per change"
+        );
+    }
 }
