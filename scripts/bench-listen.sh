@@ -22,8 +22,10 @@
 # line per row: taskgate's RSS before and with the streams (bytes per stream),
 # its file descriptors and inotify watches, its CPU-seconds during the idle
 # window (from /proc), the engine calls during it (taskgate's /metrics, by
-# operation), the keep-alive bytes sent, and the time from each run's cancel
-# to its stream's last notification (p50/p99/max).
+# operation), the keep-alive bytes sent, the time from each run's cancel to
+# its stream's last notification (p50/p99/max), and taskgate's CPU from the
+# cancels to the streams' ends (per stream: what fanning a change out costs the
+# server; less swayed by a loaded machine than the latencies are).
 #
 # The own shape needs two processes per run (a supervisor and the tool's
 # process): it is run only for N up to BENCH_LISTEN_OWN_MAX (default 1000),

@@ -352,6 +352,7 @@ func main() {
 	// Complete the runs: cancel each, and wait for every stream's terminal
 	// notification.
 	sent := make([]int64, runs)
+	cpu2 := cpuTicks()
 	if err := parallel(runs, 16, func(i int) error {
 		sent[i] = time.Now().UnixNano()
 		_, err := call("tasks/cancel", tasks[i], fmt.Sprintf(`{"taskId":%q,"_meta":%s}`, tasks[i], meta))
@@ -367,6 +368,10 @@ func main() {
 			fail("streams still open 5 minutes after their runs were cancelled")
 		}
 	}
+	// taskgate's CPU from the cancels to the last stream's end: the fan-out
+	// of the terminal notifications and the streams' ends (less sensitive to
+	// a loaded machine than the latencies).
+	fanoutCPU := float64(cpuTicks()-cpu2) / *hz
 	var lat []time.Duration
 	missing := 0
 	for i, s := range streams {
@@ -383,12 +388,12 @@ func main() {
 	rssAfter, fdAfter := rssKB(), fds()
 
 	perStream := float64(rssOpen-rssIdle) * 1024 / float64(*n)
-	fmt.Printf("BENCH shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f\n",
+	fmt.Printf("BENCH shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f fanout_cpu_s=%.2f fanout_cpu_us_per_stream=%.0f\n",
 		*shape, *n, runs, rssIdle, rssOpen, rssIdleStreams, rssAfter, perStream, fdIdle, fdOpen, fdAfter, instances, watches,
 		window, float64(cpu1-cpu0) / *hz, 100*cpuShare, calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0,
 		float64(pct(lat, 0.5).Microseconds())/1000, float64(pct(lat, 0.99).Microseconds())/1000, float64(pct(lat, 1).Microseconds())/1000,
-		missing, startSecs, openSecs)
-	fmt.Printf("%s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one); after: RSS %d kB, %d fds\n",
+		missing, startSecs, openSecs, fanoutCPU, fanoutCPU*1e6/float64(*n))
+	fmt.Printf("%s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one), taskgate CPU from the cancels to the streams' ends %.2f s (%.0f µs per stream); after: RSS %d kB, %d fds\n",
 		*shape, *n, runs, rssIdle, rssOpen, perStream, fdIdle, fdOpen, window, float64(cpu1-cpu0) / *hz, 100*cpuShare,
-		calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, rssAfter, fdAfter)
+		calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, fanoutCPU, fanoutCPU*1e6/float64(*n), rssAfter, fdAfter)
 }

@@ -8,11 +8,17 @@
 //! as soon as its last subscriber is dropped (the stream closed or was
 //! cancelled), when the run is terminal, or when the engine no longer knows the
 //! run: a watch never outlives the requests that asked for it.
+//!
+//! What a watch publishes is a [`Change`]: the run's state, and a slot for
+//! the text its subscribers write for that state. The first subscriber to
+//! need the text writes it; every other one sends the same bytes, so a change
+//! seen by 10,000 streams is written once, not 10,000 times.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use taskgate_engine::{EngineError, Pipeline, Snapshot};
 use tokio::sync::watch;
 
@@ -25,19 +31,86 @@ pub enum Seen {
     Gone,
 }
 
+/// One published state of a watched run, shared by every subscriber.
+#[derive(Debug)]
+pub struct Change {
+    seen: Seen,
+    rendered: OnceLock<Vec<Bytes>>,
+}
+
+impl Change {
+    fn new(seen: Seen) -> Arc<Self> {
+        Arc::new(Self {
+            seen,
+            rendered: OnceLock::new(),
+        })
+    }
+
+    /// A change as a watch would publish it, for tests of its subscribers.
+    #[cfg(test)]
+    pub(crate) fn for_test(seen: Seen) -> Arc<Self> {
+        Self::new(seen)
+    }
+
+    /// What the watch saw.
+    #[must_use]
+    pub fn seen(&self) -> &Seen {
+        &self.seen
+    }
+
+    /// The text the subscribers write for this state, made by `render` the
+    /// first time it is asked for and shared after that. Every subscriber of
+    /// a watch must render a state the same way (one dialect, one tool):
+    /// `render` sees the run's state only, never a subscriber's request.
+    pub fn rendered(&self, render: impl FnOnce(&Seen) -> Vec<Bytes>) -> &[Bytes] {
+        self.rendered.get_or_init(|| render(&self.seen))
+    }
+}
+
 type Key = (String, String);
 
 /// The watches of one server, by (tool, run).
+///
+/// Subscribers do not hang on a watch directly but on a relay of it, one per
+/// serving thread (runtime) that has subscribers of the run: a change wakes
+/// each relay once, and each relay wakes its subscribers on its own thread.
+/// Thousands of streams on two lanes are then woken by two cross-thread
+/// wake-ups, not thousands, and each lane sends its streams' notifications
+/// in the order they were woken, before the work that arrives meanwhile (a
+/// task woken from another thread waits behind the lane's own).
 #[derive(Debug, Default)]
 pub struct Watches {
-    runs: Mutex<HashMap<Key, watch::Sender<Seen>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: HashMap<Key, watch::Sender<Arc<Change>>>,
+    relays: HashMap<(Key, tokio::runtime::Id), watch::Sender<Arc<Change>>>,
+}
+
+/// Replaces `slot` with `change` unless it holds that very change.
+fn offer(slot: &watch::Sender<Arc<Change>>, change: &Arc<Change>) {
+    slot.send_if_modified(|held| {
+        let new = !Arc::ptr_eq(held, change);
+        if new {
+            *held = Arc::clone(change);
+        }
+        new
+    });
 }
 
 impl Watches {
     /// Watches open right now (for tests and `/metrics`).
     #[must_use]
     pub fn open(&self) -> usize {
-        self.runs.lock().expect("lock").len()
+        self.inner.lock().expect("lock").runs.len()
+    }
+
+    /// Relays open right now (for tests).
+    #[cfg(test)]
+    fn relays(&self) -> usize {
+        self.inner.lock().expect("lock").relays.len()
     }
 
     /// Subscribes to the run `native` of `tool`: joins its watch, or starts one
@@ -50,30 +123,106 @@ impl Watches {
         native: &str,
         poll: Duration,
         seed: &Snapshot,
-    ) -> watch::Receiver<Seen> {
+    ) -> watch::Receiver<Arc<Change>> {
         let key = (tool.to_owned(), native.to_owned());
-        let mut runs = self.runs.lock().expect("lock");
-        if let Some(tx) = runs.get(&key) {
-            let mut rx = tx.subscribe();
-            if *rx.borrow_and_update() != Seen::Run(seed.clone()) {
-                rx.mark_changed();
+        let lane = tokio::runtime::Handle::current().id();
+        let mut inner = self.inner.lock().expect("lock");
+        let main = match inner.runs.get(&key) {
+            Some(main) => main.clone(),
+            None => self.start(&mut inner, key.clone(), pipeline, poll, seed),
+        };
+        let relay_key = (key, lane);
+        let mut rx = match inner.relays.get(&relay_key) {
+            Some(relay) => {
+                // The relay may not have passed the latest change on yet.
+                offer(relay, &main.borrow());
+                relay.subscribe()
             }
-            return rx;
+            None => self.relay(&mut inner, relay_key, main.subscribe()),
+        };
+        drop(inner);
+        if !matches!(&rx.borrow_and_update().seen, Seen::Run(s) if s == seed) {
+            rx.mark_changed();
         }
-        let (tx, rx) = watch::channel(Seen::Run(seed.clone()));
-        runs.insert(key.clone(), tx.clone());
-        drop(runs);
+        rx
+    }
+
+    /// Starts the watch of `key`'s run, seeded with `seed`.
+    fn start(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        key: Key,
+        pipeline: &Arc<dyn Pipeline>,
+        poll: Duration,
+        seed: &Snapshot,
+    ) -> watch::Sender<Arc<Change>> {
+        let (tx, _) = watch::channel(Change::new(Seen::Run(seed.clone())));
+        inner.runs.insert(key.clone(), tx.clone());
         let hub = Arc::clone(self);
         let pipeline = Arc::clone(pipeline);
         let seed = seed.clone();
+        let main = tx.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = tx.closed() => {}
-                () = follow(&*pipeline, &key.1, poll, seed, &tx) => {}
+            let following = follow(&*pipeline, &key.1, poll, seed, &tx);
+            tokio::pin!(following);
+            loop {
+                tokio::select! {
+                    () = tx.closed() => {
+                        // A relay may have joined since the last one left.
+                        let mut inner = hub.inner.lock().expect("lock");
+                        if tx.receiver_count() == 0 {
+                            if inner.runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                                inner.runs.remove(&key);
+                            }
+                            return;
+                        }
+                    }
+                    () = &mut following => break,
+                }
             }
-            let mut runs = hub.runs.lock().expect("lock");
-            if runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
-                runs.remove(&key);
+            let mut inner = hub.inner.lock().expect("lock");
+            if inner.runs.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                inner.runs.remove(&key);
+            }
+        });
+        main
+    }
+
+    /// Starts the relay of `from` on this thread, for `key`.
+    fn relay(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        key: (Key, tokio::runtime::Id),
+        mut from: watch::Receiver<Arc<Change>>,
+    ) -> watch::Receiver<Arc<Change>> {
+        let (tx, rx) = watch::channel(Arc::clone(&from.borrow_and_update()));
+        inner.relays.insert(key.clone(), tx.clone());
+        let hub = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tx.closed() => {
+                        // A subscriber may have joined since the last one left.
+                        let mut inner = hub.inner.lock().expect("lock");
+                        if tx.receiver_count() == 0 {
+                            if inner.relays.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                                inner.relays.remove(&key);
+                            }
+                            return;
+                        }
+                    }
+                    changed = from.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let change = Arc::clone(&from.borrow_and_update());
+                        offer(&tx, &change);
+                    }
+                }
+            }
+            let mut inner = hub.inner.lock().expect("lock");
+            if inner.relays.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+                inner.relays.remove(&key);
             }
         });
         rx
@@ -88,7 +237,7 @@ async fn follow(
     native: &str,
     poll: Duration,
     seed: Snapshot,
-    tx: &watch::Sender<Seen>,
+    tx: &watch::Sender<Arc<Change>>,
 ) {
     let native = native.to_owned();
     let mut last = seed;
@@ -99,12 +248,12 @@ async fn follow(
         match pipeline.wait_for_change(&native, &last, pace).await {
             Ok(snapshot) => {
                 if snapshot != last {
-                    tx.send_replace(Seen::Run(snapshot.clone()));
+                    tx.send_replace(Change::new(Seen::Run(snapshot.clone())));
                 }
                 last = snapshot;
             }
             Err(EngineError::NotFound) => {
-                tx.send_replace(Seen::Gone);
+                tx.send_replace(Change::new(Seen::Gone));
                 return;
             }
             Err(e) => {
@@ -213,6 +362,55 @@ mod tests {
         while !check() {
             assert!(tokio::time::Instant::now() < deadline, "{what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Two serving threads, two subscribers each on one run: one watch, one
+    /// relay per thread, every subscriber sees the changes, and nothing is
+    /// left once they are gone.
+    #[test]
+    fn each_thread_relays_the_one_watch_to_its_own_subscribers() {
+        let hub = Arc::new(Watches::default());
+        let counting = Arc::new(Counting::default());
+        let pipeline: Arc<dyn Pipeline> = counting.clone();
+        let all_subscribed = Arc::new(std::sync::Barrier::new(3));
+        let checked = Arc::new(std::sync::Barrier::new(3));
+        let lanes: Vec<_> = (0..2)
+            .map(|_| {
+                let (hub, pipeline) = (hub.clone(), pipeline.clone());
+                let (all_subscribed, checked) = (all_subscribed.clone(), checked.clone());
+                std::thread::spawn(move || {
+                    let lane = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    lane.block_on(async {
+                        let poll = Duration::from_millis(20);
+                        let mut a = hub.subscribe("t", &pipeline, "run", poll, &working());
+                        let mut b = hub.subscribe("t", &pipeline, "run", poll, &working());
+                        a.changed().await.unwrap();
+                        b.changed().await.unwrap();
+                        all_subscribed.wait();
+                        checked.wait();
+                        // Changes keep coming through this thread's relay.
+                        let seen = a.borrow_and_update().clone();
+                        a.changed().await.unwrap();
+                        assert!(!Arc::ptr_eq(&seen, &a.borrow_and_update()));
+                        drop((a, b));
+                        until("no relay and no watch left", || {
+                            hub.relays() == 0 && hub.open() == 0
+                        })
+                        .await;
+                    });
+                })
+            })
+            .collect();
+        all_subscribed.wait();
+        assert_eq!(hub.open(), 1, "one watch for the run");
+        assert_eq!(hub.relays(), 2, "one relay per thread");
+        checked.wait();
+        for lane in lanes {
+            lane.join().unwrap();
         }
     }
 

@@ -115,7 +115,7 @@ pub fn ask(
         }
         let message =
             json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params });
-        if out.send(message).is_err() {
+        if out.send(message.into()).is_err() {
             tracing::debug!("the client stream closed before an input request could be sent");
         }
     }

@@ -73,7 +73,7 @@ pub fn notify_progress(
             params["message"] = json!(m);
         }
     }
-    let _ = out.send(rpc::notification("notifications/progress", params));
+    let _ = out.send(rpc::notification("notifications/progress", params).into());
 }
 
 /// The status word of SEP-1391 operations and of the `handles` companion tools.
@@ -126,6 +126,7 @@ mod tests {
         }
         let mut sent = Vec::new();
         while let Ok(m) = rx.try_recv() {
+            let m = m.into_value();
             sent.push(m["params"]["progress"].as_f64().unwrap());
         }
         assert_eq!(sent, vec![0.0, 2.0, 3.0]);

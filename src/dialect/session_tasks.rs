@@ -292,11 +292,14 @@ fn notify_status(
         return;
     }
     *last = Some(key);
-    let _ = out.send(json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/tasks/status",
-        "params": task,
-    }));
+    let _ = out.send(
+        json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/tasks/status",
+            "params": task,
+        })
+        .into(),
+    );
 }
 
 #[cfg(test)]

@@ -706,8 +706,9 @@ pub fn no_tickets(_: &str, _: &taskgate_engine::InputRequest) -> Option<Value> {
     None
 }
 
-/// The `DetailedTask` view of a run, as a value (for the listen stream, which
-/// adds to it).
+/// The `DetailedTask` view of a run, as a value: what a listen stream's
+/// notification is checked against in its tests.
+#[cfg(test)]
 #[must_use]
 pub fn detailed_task(
     task_id: &str,
@@ -757,7 +758,7 @@ impl<'a> DetailedTask<'a> {
         approvals: Approvals<'_>,
     ) -> Self {
         let (created_at, last_updated_at, poll_ms) = task_times(claims, tool, snapshot);
-        let mut task = Self {
+        Self {
             created_at,
             error: None,
             input_requests: None,
@@ -769,7 +770,14 @@ impl<'a> DetailedTask<'a> {
             status_message: None,
             task_id,
             ttl_ms: claims.ttl_ms,
-        };
+        }
+        .with_state(snapshot, poll_ms, approvals)
+    }
+
+    /// The members that depend on the run's state (status, message, poll
+    /// interval, result, error, input requests) set from `snapshot`.
+    fn with_state(self, snapshot: &'a Snapshot, poll_ms: u64, approvals: Approvals<'_>) -> Self {
+        let mut task = self;
         let poll_ms = Some(poll_ms);
         match &snapshot.state {
             RunState::Working { message, .. } => {
@@ -799,6 +807,34 @@ impl<'a> DetailedTask<'a> {
             }
         }
         task
+    }
+
+    /// The view of a run's state alone, without a task's own members (its
+    /// id, creation time and TTL, left empty): what every listen stream on
+    /// the run shares (see `listen`).
+    fn of_run(tool: &Tool, snapshot: &'a Snapshot) -> Self {
+        let poll = snapshot
+            .poll_hint
+            .unwrap_or_default()
+            .max(tool.config.poll_interval);
+        Self {
+            created_at: String::new(),
+            error: None,
+            input_requests: None,
+            last_updated_at: String::new(),
+            poll_interval_ms: None,
+            result: None,
+            result_type: "complete",
+            status: "working",
+            status_message: None,
+            task_id: "",
+            ttl_ms: None,
+        }
+        .with_state(
+            snapshot,
+            u64::try_from(poll.as_millis()).unwrap_or(u64::MAX),
+            &no_tickets,
+        )
     }
 
     /// The JSON text of the view: what `serde_json` writes for it (tested),

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use axum::body::Bytes;
 use serde_json::{json, Map, Value};
 use taskgate_engine::{Content, ToolOutput};
 
@@ -11,7 +12,51 @@ use crate::core::Tool;
 
 /// Messages the server sends to the client before a response (progress
 /// notifications, input requests): the SSE stream of the POST, or stdout.
-pub type Outbound = tokio::sync::mpsc::UnboundedSender<Value>;
+pub type Outbound = tokio::sync::mpsc::UnboundedSender<Outgoing>;
+
+/// One message on an [`Outbound`] channel: a value the transport serializes,
+/// or JSON text already written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    /// A message as a value.
+    Value(Value),
+    /// One JSON value written in pieces, concatenated by the transport. A
+    /// piece may be shared with other streams' messages (the part of a
+    /// listen notification that depends on the run alone, written once per
+    /// change): cloning a [`Bytes`] copies no text.
+    Pieces(Vec<Bytes>),
+}
+
+impl Outgoing {
+    /// The message as a value (stdio writes it; tests read it).
+    #[must_use]
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Value(value) => value,
+            Self::Pieces(pieces) => serde_json::from_slice(&pieces.concat()).unwrap_or(Value::Null),
+        }
+    }
+
+    /// The JSON text.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Self::Value(value) => {
+                let mut bytes = Vec::with_capacity(256);
+                // Serializing a `Value` into a `Vec` cannot fail.
+                let _ = serde_json::to_writer(&mut bytes, value);
+                bytes
+            }
+            Self::Pieces(pieces) => pieces.concat(),
+        }
+    }
+}
+
+impl From<Value> for Outgoing {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
 
 /// The 2026-07-28 `_meta` keys and the tasks extension id: defined where a
 /// request's params are read, which checks them on every request.

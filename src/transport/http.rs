@@ -23,6 +23,7 @@ use crate::core::audit;
 use crate::core::config::IpNetwork;
 use crate::core::metrics::AuthRefusal;
 use crate::core::Gateway;
+use crate::dialect::wire::Outgoing;
 use crate::rpc::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
 use crate::server::auth::{AuthError, Authenticator, FailureLimit};
@@ -146,7 +147,10 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     ];
     let mut lanes = Lanes::start(lane_count(gw.server.workers), tick_within(&deadlines))?;
     drop(gw);
-    let mut connections = tokio::task::JoinSet::new();
+    // Each connection holds a sender; `open` ends once they are all gone. (A
+    // `JoinSet` would wake this loop at the end of every connection: a
+    // system call each, thousands at once when many listen streams end.)
+    let (held, mut open) = tokio::sync::mpsc::channel::<std::convert::Infallible>(1);
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
@@ -176,7 +180,9 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                 // connection, from the socket's peer address.
                 let front = front.for_peer(peer);
                 let mut stopping = stop_rx.clone();
-                connections.spawn_on(async move {
+                let held = held.clone();
+                drop(lanes.next().spawn(async move {
+                    let _held = held;
                     let stream = match tokio::net::TcpStream::from_std(stream) {
                         Ok(stream) => stream,
                         Err(e) => {
@@ -197,21 +203,22 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                             let _ = connection.await;
                         }
                     }
-                }, lanes.next());
+                }));
             }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut stop => break,
         }
     }
     drop(listener);
     tracing::info!("stopping: no new connections; requests in flight may finish");
     let _ = stop_tx.send(true);
-    let drained = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+    drop(held);
+    if tokio::time::timeout(SHUTDOWN_GRACE, open.recv())
+        .await
+        .is_err()
+    {
         tracing::warn!("requests still in flight after the grace period; stopping anyway");
     }
     // What is still open is cut off with its lane.
-    drop(connections);
     drop(lanes);
     Ok(())
 }
@@ -664,6 +671,50 @@ fn sse_event(message: &impl std::fmt::Display) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
 }
 
+/// Pieces of a message at least this long are sent as they are, each its own
+/// chunk of the response, rather than copied into the message's frame: a
+/// listen notification's shared part (a run's result, say) is then written
+/// to every stream from the one copy.
+const SHARED_PIECE: usize = 1024;
+
+/// The SSE event of `message`, in the frames to write: its text copied into
+/// one frame, apart from long pieces of written text, passed on uncopied.
+fn sse_frames(message: &Outgoing, frames: &mut Vec<Bytes>) {
+    const HEAD: &[u8] = b"event: message\ndata: ";
+    const TAIL: &[u8] = b"\n\n";
+    match message {
+        Outgoing::Value(value) => {
+            let mut text = Vec::with_capacity(256);
+            text.extend_from_slice(HEAD);
+            // Serializing a `Value` into a `Vec` cannot fail.
+            let _ = serde_json::to_writer(&mut text, value);
+            text.extend_from_slice(TAIL);
+            frames.push(Bytes::from(text));
+        }
+        Outgoing::Pieces(pieces) => {
+            let short: usize = pieces
+                .iter()
+                .map(Bytes::len)
+                .filter(|&n| n < SHARED_PIECE)
+                .sum();
+            let mut text = Vec::with_capacity(HEAD.len() + short + TAIL.len());
+            text.extend_from_slice(HEAD);
+            for piece in pieces {
+                if piece.len() < SHARED_PIECE {
+                    text.extend_from_slice(piece);
+                } else {
+                    if !text.is_empty() {
+                        frames.push(Bytes::from(std::mem::take(&mut text)));
+                    }
+                    frames.push(piece.clone());
+                }
+            }
+            text.extend_from_slice(TAIL);
+            frames.push(Bytes::from(text));
+        }
+    }
+}
+
 /// Serves a legacy request whose client accepts SSE: plain JSON when the server
 /// has nothing to send before the response; otherwise a stream of the messages
 /// (progress, input requests) followed by the response.
@@ -675,7 +726,7 @@ async fn streamed(
     oauth: Option<Arc<Authenticator>>,
     peer: Option<SocketAddr>,
 ) -> Response {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
     // A listen stream may stay quiet for long: `:` comments keep it alive.
     let keep_alive = admitted.is_listen().then_some(gw.server.listen_keep_alive);
     let mut work = Box::pin(async move {
@@ -693,14 +744,15 @@ async fn streamed(
                 Err(_) => return finish(dispatched, oauth.as_deref()),
                 Ok(first) => {
                     // Messages were queued just before the response: stream them all.
-                    let mut events = vec![sse_event(&first)];
+                    let mut frames = Vec::new();
+                    sse_frames(&first, &mut frames);
                     while let Ok(m) = rx.try_recv() {
-                        events.push(sse_event(&m));
+                        sse_frames(&m, &mut frames);
                     }
                     if let Some(body) = &dispatched.body {
-                        events.push(sse_event(body));
+                        frames.push(sse_event(body));
                     }
-                    let stream = futures::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>));
+                    let stream = futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>));
                     return sse_response(axum::body::Body::from_stream(stream));
                 }
             }
@@ -712,14 +764,16 @@ async fn streamed(
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
-    let stream = futures::stream::unfold(
+    // Each step gives the frames of what is ready: every message queued (a
+    // listen stream's last notification and its closing result go out in one
+    // write), a keep-alive comment, or the end.
+    let steps = futures::stream::unfold(
         (Some(work), rx, Some(first), ticks),
         |(work, mut rx, pending, mut ticks)| async move {
+            let mut frames = Vec::new();
             if let Some(message) = pending {
-                return Some((
-                    Ok::<_, std::convert::Infallible>(sse_event(&message)),
-                    (work, rx, None, ticks),
-                ));
+                sse_frames(&message, &mut frames);
+                return Some((frames, (work, rx, None, ticks)));
             }
             let mut work = work?;
             let quiet = async {
@@ -731,21 +785,30 @@ async fn streamed(
                 }
             };
             tokio::select! {
-                Some(message) = rx.recv() => Some((Ok(sse_event(&message)), (Some(work), rx, None, ticks))),
-                () = quiet => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (Some(work), rx, None, ticks))),
+                biased;
                 dispatched = &mut work => {
-                    let mut tail = Vec::new();
                     while let Ok(m) = rx.try_recv() {
-                        tail.extend_from_slice(&sse_event(&m));
+                        sse_frames(&m, &mut frames);
                     }
                     if let Some(body) = &dispatched.body {
-                        tail.extend_from_slice(&sse_event(body));
+                        frames.push(sse_event(body));
                     }
-                    Some((Ok(Bytes::from(tail)), (None, rx, None, ticks)))
+                    Some((frames, (None, rx, None, ticks)))
                 }
+                Some(message) = rx.recv() => {
+                    sse_frames(&message, &mut frames);
+                    while let Ok(m) = rx.try_recv() {
+                        sse_frames(&m, &mut frames);
+                    }
+                    Some((frames, (Some(work), rx, None, ticks)))
+                }
+                () = quiet => Some((vec![Bytes::from_static(b": keep-alive\n\n")], (Some(work), rx, None, ticks))),
             }
         },
     );
+    let stream = futures::StreamExt::flat_map(steps, |frames| {
+        futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>))
+    });
     sse_response(axum::body::Body::from_stream(stream))
 }
 

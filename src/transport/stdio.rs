@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::core::Gateway;
+use crate::dialect::wire::Outgoing;
 use crate::server::{self, Connection, Inbound};
 
 /// Serves one connection until `input` ends, then waits for requests in flight.
@@ -44,7 +45,7 @@ where
                 "a message longer than this server accepts ({} bytes, server.max_body_bytes)",
                 gw.server.max_body_bytes
             ));
-            let _ = tx.send(error.response(&Value::Null));
+            let _ = tx.send(error.response(&Value::Null).into());
             continue;
         }
         let inbound = Inbound {
@@ -56,7 +57,7 @@ where
         let admitted = match server::admit(&gw, &inbound, &line) {
             Ok(a) => a,
             Err(refusal) => {
-                let _ = tx.send(refusal.body);
+                let _ = tx.send(refusal.body.into());
                 continue;
             }
         };
@@ -85,7 +86,7 @@ where
                 flight.lock().expect("lock").remove(&key);
             }
             if let Some(body) = dispatched.body {
-                let _ = tx.send(body.into_value());
+                let _ = tx.send(body.into_value().into());
             }
         });
         if let Some(key) = request_key {
@@ -106,18 +107,19 @@ where
 fn spawn_writer<W>(
     mut output: W,
 ) -> (
-    mpsc::UnboundedSender<Value>,
+    mpsc::UnboundedSender<Outgoing>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 )
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer = tokio::spawn(async move {
         while let Some(message) = rx.recv().await {
-            let mut line = message.to_string();
-            line.push('\n');
-            output.write_all(line.as_bytes()).await?;
+            // JSON text never holds a raw newline: one message, one line.
+            let mut line = message.to_bytes();
+            line.push(b'\n');
+            output.write_all(&line).await?;
             output.flush().await?;
         }
         Ok::<_, std::io::Error>(())

@@ -162,6 +162,46 @@ async fn listen_acknowledges_then_notifies_each_change_until_terminal() {
     assert_eq!(got["status"], "completed");
 }
 
+/// Streams on one run are sent the same text for its changes (written once
+/// and shared): byte for byte the same for the same request, and only their
+/// own subscription id apart for two requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_on_one_run_get_the_same_text_apart_from_their_own_ids() {
+    let setup = Setup::with_tools(&dialect_tools());
+    let server = Server::start(&setup).await;
+    let c = server.client();
+    let task_id = c.start_task("sleeper", json!({})).await;
+    let mut streams = Vec::new();
+    for id in ["same", "same", "other"] {
+        let (status, mut stream) = open_listen(&server.url(), None, id, &[&task_id], true).await;
+        assert_eq!(status, 200);
+        assert_ack(&stream.next(LIMIT).await.expect("ack"), id, &[&task_id]);
+        let first = stream.next(LIMIT).await.expect("the current state");
+        assert_eq!(task_of(&first, id, &task_id)["status"], "working");
+        streams.push((id, stream));
+    }
+    // The change every stream sees from the run's one watch.
+    c.cancel(&task_id).await;
+    for (id, stream) in &mut streams {
+        let (notes, response) = rest_of(stream).await;
+        assert_closing(&response, id);
+        let last = notes.last().expect("the terminal notification");
+        assert_eq!(
+            task_of(last, id, &task_id)["status"],
+            "cancelled",
+            "{notes:?}"
+        );
+    }
+    let raw: Vec<&str> = streams.iter().map(|(_, s)| s.raw.as_str()).collect();
+    assert_eq!(raw[0], raw[1], "the same request, the same bytes");
+    assert_ne!(raw[0], raw[2]);
+    assert_eq!(
+        raw[2].replace("\"other\"", "\"same\""),
+        raw[0],
+        "another request: only its own id differs"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_that_do_not_open_or_whose_run_is_gone_are_left_out_alike() {
     let (alice, bob) = (Bearer::new("alice"), Bearer::new("bob"));

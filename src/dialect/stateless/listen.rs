@@ -13,8 +13,12 @@ use axum::http::HeaderMap;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use super::super::wire::Outbound;
-use super::{check_headers, check_meta, detailed_task, missing_tasks, require_header};
+use std::time::SystemTime;
+
+use axum::body::Bytes;
+
+use super::super::wire::{json, timestamp, Outbound, Outgoing};
+use super::{check_headers, check_meta, missing_tasks, require_header, DetailedTask};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
 use crate::core::{Caller, CoreError, Gateway, Tool};
@@ -166,6 +170,13 @@ fn task_ids(params: &Params, tasks: bool) -> Result<Vec<&str>, RpcError> {
 
 /// Sends the task's `DetailedTask` now and on each change, until it is terminal
 /// or its run is gone.
+///
+/// A notification is written in three pieces: the stream's own head (its
+/// subscription id, the task's id, creation time and TTL: made once, when
+/// the stream opens), the run's last update time, and the run's state. The
+/// last two are written once per change of the run, by the first of its
+/// streams to see the change, and shared by the others (see
+/// [`crate::core::watch::Change::rendered`]).
 async fn follow(
     gw: &Gateway,
     to: Subscriber<'_>,
@@ -174,13 +185,10 @@ async fn follow(
     tool: &Tool,
     first: taskgate_engine::Snapshot,
 ) {
-    let Subscriber {
-        out,
-        id,
-        elicitation,
-    } = to;
-    let mut last = notification(id, elicitation, task_id, &claims, tool, &first);
-    let _ = out.send(last.clone());
+    let own = Own::new(to, task_id, &claims);
+    let rendered = render(tool, &Seen::Run(first.clone()));
+    let mut last = own.pieces(&first, &rendered);
+    let _ = to.out.send(Outgoing::Pieces(last.to_vec()));
     if first.state.is_terminal() {
         return;
     }
@@ -191,14 +199,16 @@ async fn follow(
     let mut rx = gw
         .watches
         .subscribe(tool.name(), &tool.pipeline, &claims.native, poll, &first);
+    drop((first, rendered, claims));
     while rx.changed().await.is_ok() {
-        let seen = rx.borrow_and_update().clone();
-        let Seen::Run(snapshot) = seen else {
+        let change = rx.borrow_and_update().clone();
+        let Seen::Run(snapshot) = change.seen() else {
             return;
         };
-        let next = notification(id, elicitation, task_id, &claims, tool, &snapshot);
-        if next != last {
-            let _ = out.send(next.clone());
+        let rendered = change.rendered(|seen| render(tool, seen));
+        let next = own.pieces(snapshot, rendered);
+        if !same_pieces(&next, &last) {
+            let _ = to.out.send(Outgoing::Pieces(next.to_vec()));
             last = next;
         }
         if snapshot.state.is_terminal() {
@@ -207,33 +217,354 @@ async fn follow(
     }
 }
 
-/// `notifications/tasks` for one snapshot: the `DetailedTask` of `tasks/get`
-/// (without its `resultType`) plus the subscription id. A stream whose request
-/// did not declare elicitation never carries an input request: it sees the
-/// task's `input_required` status with a message saying why the question is
-/// not shown (`tasks/get` would answer -32021 for the same reason).
-fn notification(
-    id: &Value,
+/// What a stream's notifications hold of its own request and task.
+struct Own {
+    /// `{"jsonrpc":"2.0","method":"notifications/tasks","params":{` and the
+    /// members `_meta` (the subscription id), `createdAt`, `taskId`, `ttlMs`.
+    head: Bytes,
+    /// `,"lastUpdatedAt":` the creation time: for a state without an update
+    /// time, or one from before the task was made.
+    created: Bytes,
+    created_at: SystemTime,
+    /// The request declared elicitation.
     elicitation: bool,
-    task_id: &str,
-    claims: &TaskClaims,
-    tool: &Tool,
-    snapshot: &taskgate_engine::Snapshot,
-) -> Value {
-    let mut task = detailed_task(task_id, claims, tool, snapshot, &super::no_tickets);
-    if let Some(t) = task.as_object_mut() {
-        t.remove("resultType");
-        if !elicitation && t.remove("inputRequests").is_some() {
-            t.insert(
-                "statusMessage".into(),
-                json!("the task waits for input of a type this stream's request did not declare (elicitation); a request that declares it reads the question with tasks/get"),
-            );
+}
+
+impl Own {
+    fn new(to: Subscriber<'_>, task_id: &str, claims: &TaskClaims) -> Self {
+        let created_at = claims.created_at();
+        let created_text = timestamp(created_at);
+        let mut head = Vec::with_capacity(192 + task_id.len());
+        head.extend_from_slice(
+            br#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"_meta":{""#,
+        );
+        head.extend_from_slice(SUBSCRIPTION_ID.as_bytes());
+        head.extend_from_slice(b"\":");
+        json::value(&mut head, to.id);
+        head.push(b'}');
+        json::key(&mut head, "createdAt", false);
+        json::string(&mut head, &created_text);
+        json::key(&mut head, "taskId", false);
+        json::string(&mut head, task_id);
+        json::key(&mut head, "ttlMs", false);
+        json::number(&mut head, claims.ttl_ms);
+        let mut created = Vec::with_capacity(48);
+        json::key(&mut created, "lastUpdatedAt", false);
+        json::string(&mut created, &created_text);
+        Self {
+            head: Bytes::from(head),
+            created: Bytes::from(created),
+            created_at,
+            elicitation: to.elicitation,
         }
-        t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: id }));
     }
-    json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": task })
+
+    /// The pieces of this stream's notification of `snapshot`, whose shared
+    /// text is `rendered` (see [`render`]).
+    fn pieces(&self, snapshot: &taskgate_engine::Snapshot, rendered: &[Bytes]) -> [Bytes; 3] {
+        let [updated, plain, asking] = rendered else {
+            unreachable!("a run's state renders in three pieces")
+        };
+        let updated = match snapshot.updated_at {
+            Some(at) if at >= self.created_at => updated.clone(),
+            _ => self.created.clone(),
+        };
+        let state = if self.elicitation { asking } else { plain };
+        [self.head.clone(), updated, state.clone()]
+    }
+}
+
+/// Whether two notifications hold the same text (pieces shared from one
+/// change are compared by address first).
+fn same_pieces(a: &[Bytes; 3], b: &[Bytes; 3]) -> bool {
+    a.iter()
+        .zip(b)
+        .all(|(x, y)| (x.as_ptr() == y.as_ptr() && x.len() == y.len()) || x == y)
+}
+
+/// The text a run's state gives every listen stream on it: the member
+/// `lastUpdatedAt` (empty without an update time), then the rest of the
+/// task's state, closing the notification, for a request without
+/// elicitation and for one with it (the same bytes unless the task asks for
+/// input). Nothing here depends on a stream's request or task handle.
+fn render(tool: &Tool, seen: &Seen) -> Vec<Bytes> {
+    let Seen::Run(snapshot) = seen else {
+        return Vec::new();
+    };
+    let view = DetailedTask::of_run(tool, snapshot);
+    let updated = snapshot.updated_at.map_or_else(Bytes::new, |at| {
+        let mut text = Vec::with_capacity(48);
+        json::key(&mut text, "lastUpdatedAt", false);
+        json::string(&mut text, &timestamp(at));
+        Bytes::from(text)
+    });
+    let asking = Bytes::from(state_members(&view, true));
+    let plain = if view.input_requests.is_some() {
+        Bytes::from(state_members(&view, false))
+    } else {
+        asking.clone()
+    };
+    vec![updated, plain, asking]
+}
+
+/// What a stream whose request did not declare elicitation sees as the status
+/// message of a task that asks for input: it is never shown the question
+/// (`tasks/get` would answer -32021 for the same reason).
+const UNDECLARED_INPUT: &str = "the task waits for input of a type this stream's request did not declare (elicitation); a request that declares it reads the question with tasks/get";
+
+/// The members of `view` that depend on the run's state, each `,"key":value`,
+/// and the closing braces of `params` and of the notification.
+fn state_members(view: &DetailedTask<'_>, elicitation: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    if let Some(error) = &view.error {
+        json::key(&mut out, "error", false);
+        json::value(&mut out, error);
+    }
+    let mut message = view.status_message;
+    if let Some(requests) = &view.input_requests {
+        if elicitation {
+            json::key(&mut out, "inputRequests", false);
+            json::value(&mut out, requests);
+        } else {
+            message = Some(UNDECLARED_INPUT);
+        }
+    }
+    if let Some(poll) = view.poll_interval_ms {
+        json::key(&mut out, "pollIntervalMs", false);
+        json::number(&mut out, Some(poll));
+    }
+    if let Some(result) = &view.result {
+        json::key(&mut out, "result", false);
+        json::value(&mut out, result);
+    }
+    json::key(&mut out, "status", false);
+    json::string(&mut out, view.status);
+    if let Some(message) = message {
+        json::key(&mut out, "statusMessage", false);
+        json::string(&mut out, message);
+    }
+    out.extend_from_slice(b"}}");
+    out
 }
 
 fn send(out: &Outbound, method: &str, params: Value) {
-    let _ = out.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+    let _ = out.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }).into());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use taskgate_engine::{InputRequest, RunState, Snapshot, ToolOutput};
+
+    use super::*;
+    use crate::core::handle::Dialect;
+    use crate::core::watch::Change;
+
+    async fn gateway(dir: &std::path::Path) -> Gateway {
+        let text = format!(
+            "[keys]\nseal = [{{ id = \"k\", dev_secret = \"pMB786Hyqn13qKAg6PJpP+906egOk+Zaf0+qlrAiAeU=\" }}]\n\n\
+             [engines.local]\nkind = \"exec\"\nspool_dir = \"{}\"\n\n\
+             [[tools]]\nname = \"slow\"\nengine = \"local\"\nmode = \"async\"\npoll_interval = \"3s\"\n\
+             target = {{ command = [\"/bin/true\"] }}\n",
+            dir.join("spool").display(),
+        );
+        let path = dir.join("listen.toml");
+        std::fs::write(&path, text).unwrap();
+        crate::load(&path).await.expect("the config loads")
+    }
+
+    fn claims(created_ms: u64, ttl_ms: Option<u64>) -> TaskClaims {
+        TaskClaims {
+            dialect: Dialect::TasksExtension,
+            tool: "slow".into(),
+            native: "run-1".into(),
+            created_ms,
+            ttl_ms,
+            trace: None,
+        }
+    }
+
+    const CREATED_MS: u64 = 1_796_000_000_123;
+
+    /// A run in each state, with update times before, after and without one.
+    fn snapshots() -> Vec<Snapshot> {
+        let ask = BTreeMap::from([(
+            "name".to_owned(),
+            InputRequest {
+                message: "Who \"runs\" this?\n".into(),
+                requested_schema: json!({ "type": "object" }),
+                approval: false,
+            },
+        )]);
+        let states = [
+            RunState::Working {
+                message: Some("step 2 of 3 — \u{7} é".into()),
+                progress: None,
+            },
+            RunState::Working {
+                message: None,
+                progress: None,
+            },
+            RunState::InputRequired {
+                requests: ask,
+                message: Some("waiting".into()),
+            },
+            RunState::Completed(ToolOutput::text("done \"quoted\"")),
+            RunState::Failed {
+                message: "lost".into(),
+            },
+            RunState::Cancelled { message: None },
+        ];
+        let mut all = Vec::new();
+        for state in states {
+            for updated in [
+                None,
+                Some(UNIX_EPOCH + Duration::from_millis(CREATED_MS - 5_000)),
+                Some(UNIX_EPOCH + Duration::from_millis(CREATED_MS + 61_000)),
+            ] {
+                let mut s = Snapshot::new(state.clone());
+                s.updated_at = updated;
+                s.poll_hint = Some(Duration::from_secs(7));
+                all.push(s);
+            }
+        }
+        all
+    }
+
+    /// The notification as it was made before it was written in pieces: the
+    /// `DetailedTask` of `tasks/get`, less `resultType`, plus the
+    /// subscription id; the question hidden from a request without
+    /// elicitation.
+    fn as_tasks_get(
+        to: Subscriber<'_>,
+        task_id: &str,
+        claims: &TaskClaims,
+        tool: &Tool,
+        snapshot: &Snapshot,
+    ) -> Value {
+        let mut task =
+            super::super::detailed_task(task_id, claims, tool, snapshot, &super::super::no_tickets);
+        let t = task.as_object_mut().unwrap();
+        t.remove("resultType");
+        if !to.elicitation && t.remove("inputRequests").is_some() {
+            t.insert("statusMessage".into(), json!(UNDECLARED_INPUT));
+        }
+        t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: to.id }));
+        json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": task })
+    }
+
+    fn text(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.concat()
+    }
+
+    #[tokio::test]
+    async fn a_notification_is_the_detailed_task_of_tasks_get_for_every_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let tool = gw.tool("slow").unwrap();
+        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
+        for id in [json!("listen-1"), json!(7), json!("odd \"id\"\n")] {
+            for elicitation in [false, true] {
+                for ttl in [Some(3_600_000), None] {
+                    let claims = claims(CREATED_MS, ttl);
+                    let to = Subscriber {
+                        out: &out,
+                        id: &id,
+                        elicitation,
+                    };
+                    let own = Own::new(to, "tg3.k.task-Id_1", &claims);
+                    for snapshot in snapshots() {
+                        let rendered = render(tool, &Seen::Run(snapshot.clone()));
+                        let written = text(&own.pieces(&snapshot, &rendered));
+                        let value: Value = serde_json::from_slice(&written).unwrap_or_else(|e| {
+                            panic!("{e}: {}", String::from_utf8_lossy(&written))
+                        });
+                        assert_eq!(
+                            value,
+                            as_tasks_get(to, "tg3.k.task-Id_1", &claims, tool, &snapshot),
+                            "{snapshot:?}, elicitation {elicitation}"
+                        );
+                        assert!(!written.contains(&b'\n'), "one line of JSON text");
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_on_one_run_share_its_text_and_keep_their_own_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let tool = gw.tool("slow").unwrap();
+        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let claims = claims(CREATED_MS, Some(60_000));
+        let (a_id, b_id) = (json!("listen-a"), json!("listen-b"));
+        let a = Own::new(
+            Subscriber {
+                out: &out,
+                id: &a_id,
+                elicitation: true,
+            },
+            "tg3.k.A",
+            &claims,
+        );
+        let a_again = Own::new(
+            Subscriber {
+                out: &out,
+                id: &a_id,
+                elicitation: true,
+            },
+            "tg3.k.A",
+            &claims,
+        );
+        let b = Own::new(
+            Subscriber {
+                out: &out,
+                id: &b_id,
+                elicitation: false,
+            },
+            "tg3.k.B",
+            &claims,
+        );
+        let renders = AtomicUsize::new(0);
+        for snapshot in snapshots() {
+            // One change, as a watch publishes it, seen by three streams.
+            let change = Change::for_test(Seen::Run(snapshot.clone()));
+            let render_once = |seen: &Seen| {
+                renders.fetch_add(1, Ordering::SeqCst);
+                render(tool, seen)
+            };
+            let pa = a.pieces(&snapshot, change.rendered(render_once));
+            let pa2 = a_again.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
+            let pb = b.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
+            // The same request on the same task: the same bytes.
+            assert_eq!(text(&pa), text(&pa2));
+            // The run's state is one copy for every stream that may see it.
+            assert_eq!(pa[2].as_ptr(), pa2[2].as_ptr(), "shared, not copied");
+            if !matches!(snapshot.state, RunState::InputRequired { .. }) {
+                assert_eq!(pa[2].as_ptr(), pb[2].as_ptr(), "shared, not copied");
+            }
+            // Each stream's own members stay its own.
+            let va: Value = serde_json::from_slice(&text(&pa)).unwrap();
+            let vb: Value = serde_json::from_slice(&text(&pb)).unwrap();
+            assert_eq!(va["params"]["_meta"][SUBSCRIPTION_ID], "listen-a");
+            assert_eq!(vb["params"]["_meta"][SUBSCRIPTION_ID], "listen-b");
+            assert_eq!(va["params"]["taskId"], "tg3.k.A");
+            assert_eq!(vb["params"]["taskId"], "tg3.k.B");
+            // A question is shown only to the stream that declared elicitation.
+            if matches!(snapshot.state, RunState::InputRequired { .. }) {
+                assert!(va["params"]["inputRequests"].is_object());
+                assert!(vb["params"].get("inputRequests").is_none());
+                assert_eq!(vb["params"]["statusMessage"], UNDECLARED_INPUT);
+            }
+        }
+        assert_eq!(
+            renders.load(Ordering::SeqCst),
+            snapshots().len(),
+            "written once per change"
+        );
+    }
 }
