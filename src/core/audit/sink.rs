@@ -65,24 +65,25 @@ pub(super) fn write(event: &Event<'_>, context: Option<&Context>) {
     match SINK.get().unwrap_or(&Sink::Tracing) {
         Sink::Off => {}
         Sink::Tracing => through_tracing(event, context),
-        Sink::Lines { format, out } => LINE.with(|cell| {
-            let Ok(mut line) = cell.try_borrow_mut() else {
-                return;
+        Sink::Lines { format, out } => {
+            let write_line = |line: &mut Vec<u8>| {
+                line.clear();
+                line::write(line, *format, SystemTime::now(), &fields(event, context));
+                // A line the sink refuses (a full disk, a closed stderr) cannot
+                // be written anywhere better; the request goes on, as with any
+                // log line.
+                let _ = out
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .write_all(line);
             };
-            line.clear();
-            line::write(
-                &mut line,
-                *format,
-                SystemTime::now(),
-                &fields(event, context),
-            );
-            // A line the sink refuses (a full disk, a closed stderr) cannot be
-            // written anywhere better; the request goes on, as with any log line.
-            let _ = out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .write_all(&line);
-        }),
+            // The thread's buffer, or a fresh one when it is in use (an event
+            // written while another is being written): no event is dropped.
+            LINE.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut line) => write_line(&mut line),
+                Err(_) => write_line(&mut Vec::new()),
+            });
+        }
     }
 }
 
@@ -95,18 +96,23 @@ fn outcome(event: &Event<'_>) -> (&'static str, &'static str) {
     }
 }
 
+/// The peer of the request `context` (empty without one).
+fn peer(context: Option<&Context>) -> Value<'static> {
+    match context.map(|c| c.origin) {
+        Some(Origin::Socket(addr)) => Value::Addr(addr),
+        Some(Origin::Unknown) => Value::Str("unknown"),
+        Some(Origin::Stdio) => Value::Str("stdio"),
+        None => Value::Str(""),
+    }
+}
+
 /// Every field of an event, in the order lines hold them.
 fn fields<'a>(
     event: &'a Event<'a>,
     context: Option<&'a Context>,
 ) -> [(&'static str, Value<'a>); 12] {
     let (word, reason) = outcome(event);
-    let peer = match context.map(|c| c.origin) {
-        Some(Origin::Socket(addr)) => Value::Addr(addr),
-        Some(Origin::Unknown) => Value::Str("unknown"),
-        Some(Origin::Stdio) => Value::Str("stdio"),
-        None => Value::Str(""),
-    };
+    let peer = peer(context);
     let request = context.map_or(Value::Str(""), |c| Value::Request(c.request));
     let method = context.map_or("", |c| &c.method);
     [
@@ -132,11 +138,10 @@ fn fields<'a>(
 /// [`Sink::Lines`] line holds).
 fn through_tracing(event: &Event<'_>, context: Option<&Context>) {
     let (word, reason) = outcome(event);
-    let peer = match context.map(|c| c.origin) {
-        Some(Origin::Socket(addr)) => addr.to_string(),
-        Some(Origin::Unknown) => "unknown".to_owned(),
-        Some(Origin::Stdio) => "stdio".to_owned(),
-        None => String::new(),
+    let peer = match peer(context) {
+        Value::Addr(addr) => addr.to_string(),
+        Value::Str(text) => text.to_owned(),
+        Value::Request(id) => id.to_string(),
     };
     let request = context.map_or_else(String::new, |c| c.request.to_string());
     tracing::info!(
