@@ -27,7 +27,9 @@ struct Cli {
     /// Where audit events (target `taskgate::audit`) go: `stderr` (the
     /// default, beside the log, in its format), a file path (JSON lines,
     /// appended; created with mode 0600), or `off`. `TASKGATE_LOG` does not
-    /// select or silence them: they have this sink of their own.
+    /// select or silence them: they have this sink of their own. Reads and
+    /// front-door refusals are written a serving thread's batch at a time
+    /// (see docs/operating.md).
     #[arg(
         long,
         value_name = "stderr|PATH|off",

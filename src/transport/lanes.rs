@@ -51,7 +51,15 @@ impl Lanes {
             let thread = std::thread::Builder::new()
                 .name(format!("taskgate-lane-{n}"))
                 .spawn(move || {
-                    let runtime = match Builder::new_current_thread().enable_all().build() {
+                    // The lane's read audit lines go out together as its
+                    // event loop goes idle (see `core::audit::sink`), and
+                    // what is kept when the lane ends is written as it ends.
+                    let _batch = crate::core::audit::sink::Batch::start();
+                    let runtime = match Builder::new_current_thread()
+                        .enable_all()
+                        .on_thread_park(crate::core::audit::sink::flush)
+                        .build()
+                    {
                         Ok(runtime) => runtime,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
