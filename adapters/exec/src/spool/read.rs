@@ -103,8 +103,9 @@ impl Spool {
     }
 
     /// Reads everything translation needs from a run folder, and no more: on a
-    /// working run, a handful of small files, one `/proc` stat, two folder
-    /// stats and one listing of the input folder.
+    /// working run its supervisor holds, `pid.json` and the hold on it, the
+    /// cancel marker's and the status file's absence, two folder stats (and
+    /// the input folder's listing once it has had a request).
     ///
     /// The files are read before the processes are looked up, so a run that
     /// ends between the two reads as "no exit recorded, nothing alive". The
@@ -131,7 +132,13 @@ impl Spool {
             Some((record, held)) => (Some(record), held),
             None => (None, false),
         };
-        let exit: Option<ExitRecord> = folder.record(EXIT).map_err(record_error(EXIT))?;
+        // The supervisor lets go of its hold before it records the exit: a
+        // held record means no exit is recorded yet, without a look.
+        let exit: Option<ExitRecord> = if child_held {
+            None
+        } else {
+            folder.record(EXIT).map_err(record_error(EXIT))?
+        };
         let cancelled_at = folder.modified_at(CANCELLED);
         // A process its supervisor holds, neither ended nor cancelled, runs:
         // the run's own record (tool, creation time, retention) decides
