@@ -275,8 +275,7 @@ impl Builders {
             }
         };
         if sniffed.is_http2() {
-            let connection =
-                http2.serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
+            let connection = http2.serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
             drive(connection, stopping, |c| c.graceful_shutdown()).await;
         } else {
             let connection = self
