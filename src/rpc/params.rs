@@ -186,6 +186,31 @@ impl Params {
     pub fn meta_version(&self) -> Option<&str> {
         self.0.facts.version.as_str()
     }
+
+    /// The params as a tree without keeping it: the one already made, or a
+    /// fresh parse of the body that is freed with the returned value. For a
+    /// request that lives long after it has read its params (a listen stream
+    /// holds its request for its whole life): dereferencing instead keeps the
+    /// tree, several KiB of maps, as long as the request.
+    #[must_use]
+    pub fn uncached(&self) -> std::borrow::Cow<'_, Value> {
+        match self.0.tree.get() {
+            Some(tree) => std::borrow::Cow::Borrowed(tree),
+            None => std::borrow::Cow::Owned(parse_params(self.0.body.as_deref())),
+        }
+    }
+}
+
+/// The `params` object of a message body (parsed once already, with `params`
+/// an object); an empty object when it is not one.
+fn parse_params(body: Option<&[u8]>) -> Value {
+    let mut message: Value = body
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    match message.get_mut("params").map(Value::take) {
+        Some(params @ Value::Object(_)) => params,
+        _ => Value::Object(Map::new()),
+    }
 }
 
 impl Default for Params {
@@ -199,19 +224,11 @@ impl Deref for Params {
 
     fn deref(&self) -> &Value {
         let inner = &*self.0;
-        inner.tree.get_or_init(|| {
-            // The body parsed once already, with `params` an object: it parses
-            // again the same way.
-            let mut message: Value = inner
-                .body
-                .as_deref()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            match message.get_mut("params").map(Value::take) {
-                Some(params @ Value::Object(_)) => params,
-                _ => Value::Object(Map::new()),
-            }
-        })
+        // The body parsed once already, with `params` an object: it parses
+        // again the same way.
+        inner
+            .tree
+            .get_or_init(|| parse_params(inner.body.as_deref()))
     }
 }
 

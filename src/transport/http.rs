@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -923,6 +923,14 @@ async fn streamed(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
     // A listen stream may stay quiet for long: `:` comments keep it alive.
     let keep_alive = admitted.is_listen().then_some(gw.server.listen_keep_alive);
+    // A listen stream holds its request for its whole life: it keeps only the
+    // headers the front door reads, copied (received values point into the
+    // connection's read buffer and would keep it alive).
+    let headers = if admitted.is_listen() {
+        headers_read_by_dispatch(&headers)
+    } else {
+        headers
+    };
     let mut work = Box::pin(async move {
         let inbound = Inbound {
             caller: &caller,
@@ -1004,6 +1012,28 @@ async fn streamed(
         futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>))
     });
     sse_response(axum::body::Body::from_stream(stream))
+}
+
+/// The headers `server::dispatch` and the dialects read (the MCP headers and
+/// the trace context), each value copied.
+fn headers_read_by_dispatch(headers: &HeaderMap) -> HeaderMap {
+    use crate::rpc::header::{METHOD, NAME, PROTOCOL_VERSION};
+    const TRACE: [HeaderName; 2] = [
+        HeaderName::from_static("traceparent"),
+        HeaderName::from_static("tracestate"),
+    ];
+    let mut kept = HeaderMap::new();
+    for name in [PROTOCOL_VERSION, METHOD, NAME, SESSION_ID]
+        .iter()
+        .chain(TRACE.iter())
+    {
+        for value in headers.get_all(name) {
+            if let Ok(copy) = HeaderValue::from_bytes(value.as_bytes()) {
+                kept.append(name.clone(), copy);
+            }
+        }
+    }
+    kept
 }
 
 fn sse_response(body: axum::body::Body) -> Response {
