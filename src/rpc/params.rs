@@ -520,4 +520,21 @@ mod tests {
         assert_eq!(lazy.facts(), built.facts());
         assert_eq!(*Params::default(), json!({}));
     }
+
+    /// `uncached` gives the same tree as dereferencing, and keeps none: a
+    /// listen stream reads its task ids this way and holds no tree.
+    #[test]
+    fn an_uncached_read_keeps_no_tree() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"taskIds":["a","b"]}}}"#;
+        let facts = walked(r#"{"notifications":{"taskIds":["a","b"]}}"#).unwrap();
+        let lazy = Params::from_body(body, facts);
+        let read = lazy.uncached();
+        assert!(matches!(read, std::borrow::Cow::Owned(_)));
+        assert_eq!(read["notifications"]["taskIds"], json!(["a", "b"]));
+        drop(read);
+        assert!(lazy.0.tree.get().is_none(), "nothing kept");
+        // Once the tree is made, it is lent, not parsed again.
+        assert_eq!(lazy["notifications"]["taskIds"][1], "b");
+        assert!(matches!(lazy.uncached(), std::borrow::Cow::Borrowed(_)));
+    }
 }
