@@ -5,6 +5,8 @@
 #   BENCH_LISTEN_N="100 1000" scripts/bench-listen.sh
 #   BENCH_LISTEN_IDLE=30s scripts/bench-listen.sh    # the idle window (keep-alive every 15 s)
 #   BENCH_LISTEN_SHAPES=shared scripts/bench-listen.sh
+#   BENCH_LISTEN_HTTP=2 scripts/bench-listen.sh      # h2c only (default "1 2": both)
+#   BENCH_LISTEN_PER_CONN=100 scripts/bench-listen.sh  # h2c streams per connection
 #   BENCH_LISTEN_OWN_MAX=10000 scripts/bench-listen.sh   # allow 10,000 exec runs (see below)
 #   BENCH_TASKGATE=/path/to/taskgate scripts/bench-listen.sh   # measure another build
 #   BENCH_LISTEN_ENGINE=stepfunctions BENCH_LISTEN_SFN_ARN=arn:… BENCH_LISTEN_N=100 \
@@ -17,6 +19,10 @@
 #
 #   shared  one run, all N streams on it (one shared watch)
 #   own     N runs, one stream each (N watches, N exec supervisors)
+#
+# and over each HTTP version of BENCH_LISTEN_HTTP: 1, each stream its own
+# HTTP/1.1 connection; 2, h2c (server.http2 = true) with BENCH_LISTEN_PER_CONN
+# streams per connection (also the server's http2_max_concurrent_streams).
 #
 # It opens the N streams, lets them idle, then cancels the runs, and prints one
 # line per row: taskgate's RSS before and with the streams (bytes per stream),
@@ -42,6 +48,8 @@ own_max=${BENCH_LISTEN_OWN_MAX:-1000}
 keep_alive=${BENCH_LISTEN_KEEP_ALIVE:-15s}
 engine=${BENCH_LISTEN_ENGINE:-exec}
 poll=${BENCH_LISTEN_POLL:-5s}
+versions=${BENCH_LISTEN_HTTP:-1 2}
+per_conn=${BENCH_LISTEN_PER_CONN:-100}
 case "$engine" in
     exec) ;;
     stepfunctions)
@@ -105,9 +113,10 @@ TOML
     fi
 }
 
-# serve N: a fresh taskgate whose bounds admit N streams of one caller.
+# serve N VERSION: a fresh taskgate whose bounds admit N streams of one
+# caller, with h2c when VERSION is 2.
 serve() {
-    local n=$1 port
+    local n=$1 version=$2 port
     port=$(free_port)
     rm -rf "$work/spool"
     cat > "$work/listen.toml" <<TOML
@@ -121,6 +130,8 @@ max_watched_runs_per_caller = $(( n + 64 ))
 max_starts_per_minute = 100000
 max_listen = "1h"
 listen_keep_alive = "$keep_alive"
+http2 = $([ "$version" = 2 ] && echo true || echo false)
+http2_max_concurrent_streams = $per_conn
 
 [keys]
 seal = [{ id = "bench", dev_secret = "wVz8RLS81B/TPaYZmQgbcH6AWttroN1dkll5HivLOCA=" }]
@@ -152,18 +163,21 @@ for n in $counts; do
             echo "$shape, $n streams: skipping: $n exec runs need $(( 2 * n )) processes (BENCH_LISTEN_OWN_MAX=$own_max)"
             continue
         fi
-        serve "$n"
-        grep -o 'limit on open files[^"]*: [0-9]*' "$work/taskgate.log" | head -1 | sed 's/^/  taskgate: /' || true
-        if ! "$work/listen" -url "$url" -pid "$tg_pid" -n "$n" -shape "$shape" -tool bench_tool -idle "$idle" -hz "$(getconf CLK_TCK)" > "$work/out" 2>&1; then
-            echo "$shape, $n streams: FAILED" >&2
-            cat "$work/out" >&2
-            tail -5 "$work/taskgate.log" >&2
+        for version in $versions; do
+            serve "$n" "$version"
+            grep -o 'limit on open files[^"]*: [0-9]*' "$work/taskgate.log" | head -1 | sed 's/^/  taskgate: /' || true
+            if ! "$work/listen" -url "$url" -pid "$tg_pid" -n "$n" -shape "$shape" -tool bench_tool -idle "$idle" -hz "$(getconf CLK_TCK)" \
+                    -http "$version" -per-conn "$per_conn" > "$work/out" 2>&1; then
+                echo "HTTP/$version, $shape, $n streams: FAILED" >&2
+                cat "$work/out" >&2
+                tail -5 "$work/taskgate.log" >&2
+                stop
+                continue
+            fi
+            grep -v '^BENCH ' "$work/out"
+            grep '^BENCH ' "$work/out" >> "${BENCH_LISTEN_RAW:-/dev/null}" || true
             stop
-            continue
-        fi
-        grep -v '^BENCH ' "$work/out"
-        grep '^BENCH ' "$work/out" >> "${BENCH_LISTEN_RAW:-/dev/null}" || true
-        stop
+        done
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -5,8 +5,13 @@
 // `go build` (a Go toolchain is on the project machine for the Temporal
 // server).
 //
-//	listen -url URL -pid PID -n N -shape shared|own [-idle 60s] [-tool bench_sleep]
+//	listen -url URL -pid PID -n N -shape shared|own [-idle 60s] [-tool bench_sleep] [-http 1|2 [-per-conn 100]]
 //
+// -http 1: each stream on its own HTTP/1.1 connection. -http 2: the streams
+// over HTTP/2 without TLS (h2c, prior knowledge; taskgate's server.http2),
+// -per-conn streams on each connection (the server's
+// http2_max_concurrent_streams must admit as many). Runs are started and
+// cancelled over HTTP/1.1 in both.
 // shape shared: one run, all N streams on it. shape own: N runs, one stream
 // each. The runs are completed by cancelling them (tasks/cancel); the time to
 // a stream's last notification is counted from when its run's cancel was sent.
@@ -44,6 +49,8 @@ var (
 	tool    = flag.String("tool", "bench_sleep", "the long-running tool whose runs are listened to")
 	hz      = flag.Float64("hz", 100, "clock ticks per second (getconf CLK_TCK)")
 	opening = flag.Int("concurrency", 64, "requests in flight while starting runs and opening streams")
+	version = flag.Int("http", 1, "1: a connection per stream (HTTP/1.1); 2: h2c, -per-conn streams per connection")
+	perConn = flag.Int("per-conn", 100, "with -http 2: streams per HTTP/2 connection")
 )
 
 var client = &http.Client{Transport: &http.Transport{
@@ -53,7 +60,36 @@ var client = &http.Client{Transport: &http.Transport{
 	DisableCompression:  true,
 }}
 
+// h2c are the HTTP/2 clients of -http 2, one connection each (stream i on
+// h2c[i / per-conn]).
+var h2c []*http.Client
+
+func newH2Client() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		DialContext:        (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+		Protocols:          &p,
+		DisableCompression: true,
+		// One connection: a stream past the server's limit waits for a
+		// slot instead of opening another.
+		HTTP2: &http.HTTP2Config{StrictMaxConcurrentRequests: true},
+	}}
+}
+
+// streamClient is the client of stream i.
+func streamClient(i int) *http.Client {
+	if *version == 2 {
+		return h2c[i / *perConn]
+	}
+	return client
+}
+
 func post(method, name, body string, accept string) (*http.Response, error) {
+	return postWith(client, method, name, body, accept)
+}
+
+func postWith(c *http.Client, method, name, body string, accept string) (*http.Response, error) {
 	req, err := http.NewRequest("POST", *url, strings.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -63,7 +99,7 @@ func post(method, name, body string, accept string) (*http.Response, error) {
 	req.Header.Set("mcp-protocol-version", "2026-07-28")
 	req.Header.Set("mcp-method", method)
 	req.Header.Set("mcp-name", name)
-	return client.Do(req)
+	return c.Do(req)
 }
 
 func call(method, name, params string) (map[string]any, error) {
@@ -115,11 +151,15 @@ func isTerminal(data string) bool {
 
 // open sends the listen request and returns once the acknowledgement and the
 // task's first notification arrived; the stream is then read on its own.
-func open(task string) (*stream, error) {
+func open(c *http.Client, task string) (*stream, error) {
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"bench","method":"subscriptions/listen","params":{"notifications":{"taskIds":[%q]},"_meta":%s}}`, task, meta)
-	resp, err := post("subscriptions/listen", "", body, "application/json, text/event-stream")
+	resp, err := postWith(c, "subscriptions/listen", "", body, "application/json, text/event-stream")
 	if err != nil {
 		return nil, err
+	}
+	if want := *version; resp.ProtoMajor != want {
+		resp.Body.Close()
+		return nil, fmt.Errorf("listen: answered over HTTP/%d, not HTTP/%d", resp.ProtoMajor, want)
 	}
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
@@ -305,6 +345,18 @@ func main() {
 	} else if *shape != "shared" {
 		fail("-shape is shared or own")
 	}
+	switch *version {
+	case 1:
+	case 2:
+		if *perConn < 1 {
+			fail("-per-conn is at least 1")
+		}
+		for i := 0; i < (*n+*perConn-1) / *perConn; i++ {
+			h2c = append(h2c, newH2Client())
+		}
+	default:
+		fail("-http is 1 or 2")
+	}
 
 	tasks := make([]string, runs)
 	began := time.Now()
@@ -321,7 +373,7 @@ func main() {
 	streams := make([]*stream, *n)
 	began = time.Now()
 	if err := parallel(*n, *opening, func(i int) (err error) {
-		streams[i], err = open(tasks[i%runs])
+		streams[i], err = open(streamClient(i), tasks[i%runs])
 		if err != nil {
 			err = fmt.Errorf("stream %d: %w", i, err)
 		}
@@ -384,16 +436,23 @@ func main() {
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	// The driver's own idle connections are not the server's to count.
 	client.CloseIdleConnections()
+	for _, c := range h2c {
+		c.CloseIdleConnections()
+	}
 	time.Sleep(2 * time.Second)
 	rssAfter, fdAfter := rssKB(), fds()
 
 	perStream := float64(rssOpen-rssIdle) * 1024 / float64(*n)
-	fmt.Printf("BENCH shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f fanout_cpu_s=%.2f fanout_cpu_us_per_stream=%.0f\n",
-		*shape, *n, runs, rssIdle, rssOpen, rssIdleStreams, rssAfter, perStream, fdIdle, fdOpen, fdAfter, instances, watches,
+	fmt.Printf("BENCH http=%d per_conn=%d shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f fanout_cpu_s=%.2f fanout_cpu_us_per_stream=%.0f\n",
+		*version, *perConn, *shape, *n, runs, rssIdle, rssOpen, rssIdleStreams, rssAfter, perStream, fdIdle, fdOpen, fdAfter, instances, watches,
 		window, float64(cpu1-cpu0) / *hz, 100*cpuShare, calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0,
 		float64(pct(lat, 0.5).Microseconds())/1000, float64(pct(lat, 0.99).Microseconds())/1000, float64(pct(lat, 1).Microseconds())/1000,
 		missing, startSecs, openSecs, fanoutCPU, fanoutCPU*1e6/float64(*n))
-	fmt.Printf("%s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one), taskgate CPU from the cancels to the streams' ends %.2f s (%.0f µs per stream); after: RSS %d kB, %d fds\n",
-		*shape, *n, runs, rssIdle, rssOpen, perStream, fdIdle, fdOpen, window, float64(cpu1-cpu0) / *hz, 100*cpuShare,
+	over := "HTTP/1.1, a connection per stream"
+	if *version == 2 {
+		over = fmt.Sprintf("h2c, %d streams per connection", *perConn)
+	}
+	fmt.Printf("%s, %s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one), taskgate CPU from the cancels to the streams' ends %.2f s (%.0f µs per stream); after: RSS %d kB, %d fds\n",
+		over, *shape, *n, runs, rssIdle, rssOpen, perStream, fdIdle, fdOpen, window, float64(cpu1-cpu0) / *hz, 100*cpuShare,
 		calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, fanoutCPU, fanoutCPU*1e6/float64(*n), rssAfter, fdAfter)
 }

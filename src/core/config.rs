@@ -204,6 +204,31 @@ pub struct ServerConfig {
     /// closed. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    /// Serve HTTP/2 without TLS ("h2c", prior knowledge: the client starts
+    /// with HTTP/2's connection preface, no upgrade) on `listen`, beside
+    /// HTTP/1.1, told apart by the connection's first bytes. Many requests,
+    /// `subscriptions/listen` streams included, then share one connection, so
+    /// thousands of open streams need a few connections instead of one each.
+    /// Every rule of a connection holds per HTTP/2 stream as for an HTTP/1
+    /// request (Host, now also `:authority`; Origin; authentication; body size
+    /// and `body_read_timeout`; the per-caller bounds count streams); the
+    /// loopback rule for anonymous callers is decided per connection, by its
+    /// peer address. `header_read_timeout` bounds the wait for the preface;
+    /// after it, HTTP/2 has no header deadline and these stand in: at most
+    /// `http2_max_concurrent_streams` streams per connection (more are refused
+    /// with REFUSED_STREAM), a header list of at most 16 KiB, a ping every
+    /// `listen_keep_alive` that must be answered within `header_read_timeout`
+    /// (else the connection is closed), and the HTTP/2 library's limits on
+    /// streams a client resets (the "rapid reset" attack). Default `false`:
+    /// HTTP/1.1 only, and a connection that opens with the HTTP/2 preface is
+    /// closed unanswered. Turn it on behind a proxy that speaks h2c to its
+    /// upstream, or for clients that do.
+    pub http2: bool,
+    /// With `http2`: most streams (requests) one HTTP/2 connection may have
+    /// open at once, announced to the client in its settings
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS); a client that opens more has them
+    /// refused by the protocol (REFUSED_STREAM), not by taskgate. Default 100.
+    pub http2_max_concurrent_streams: u32,
     /// How many threads serve HTTP connections. Each connection is handed to
     /// one of them in turn when it is accepted and served there until it
     /// closes. Default: one per CPU the process may use (a container's CPU
@@ -238,6 +263,8 @@ impl Default for ServerConfig {
             max_watched_runs_per_caller: 64,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            http2: false,
+            http2_max_concurrent_streams: 100,
             workers: None,
             metrics_listen: None,
         }

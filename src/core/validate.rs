@@ -50,6 +50,10 @@ fn check_bounds(server: &super::config::ServerConfig, problems: &mut Vec<ConfigP
             server.max_watched_runs_per_caller,
         ),
         ("workers", server.workers.unwrap_or(1)),
+        (
+            "http2_max_concurrent_streams",
+            server.http2_max_concurrent_streams as usize,
+        ),
     ];
     for (key, value) in counts {
         if value == 0 {

@@ -186,6 +186,31 @@ impl Params {
     pub fn meta_version(&self) -> Option<&str> {
         self.0.facts.version.as_str()
     }
+
+    /// The params as a tree without keeping it: the one already made, or a
+    /// fresh parse of the body that is freed with the returned value. For a
+    /// request that lives long after it has read its params (a listen stream
+    /// holds its request for its whole life): dereferencing instead keeps the
+    /// tree, several KiB of maps, as long as the request.
+    #[must_use]
+    pub fn uncached(&self) -> std::borrow::Cow<'_, Value> {
+        match self.0.tree.get() {
+            Some(tree) => std::borrow::Cow::Borrowed(tree),
+            None => std::borrow::Cow::Owned(parse_params(self.0.body.as_deref())),
+        }
+    }
+}
+
+/// The `params` object of a message body (parsed once already, with `params`
+/// an object); an empty object when it is not one.
+fn parse_params(body: Option<&[u8]>) -> Value {
+    let mut message: Value = body
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    match message.get_mut("params").map(Value::take) {
+        Some(params @ Value::Object(_)) => params,
+        _ => Value::Object(Map::new()),
+    }
 }
 
 impl Default for Params {
@@ -199,19 +224,11 @@ impl Deref for Params {
 
     fn deref(&self) -> &Value {
         let inner = &*self.0;
-        inner.tree.get_or_init(|| {
-            // The body parsed once already, with `params` an object: it parses
-            // again the same way.
-            let mut message: Value = inner
-                .body
-                .as_deref()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            match message.get_mut("params").map(Value::take) {
-                Some(params @ Value::Object(_)) => params,
-                _ => Value::Object(Map::new()),
-            }
-        })
+        // The body parsed once already, with `params` an object: it parses
+        // again the same way.
+        inner
+            .tree
+            .get_or_init(|| parse_params(inner.body.as_deref()))
     }
 }
 
@@ -502,5 +519,22 @@ mod tests {
         assert_eq!(*lazy, *built);
         assert_eq!(lazy.facts(), built.facts());
         assert_eq!(*Params::default(), json!({}));
+    }
+
+    /// `uncached` gives the same tree as dereferencing, and keeps none: a
+    /// listen stream reads its task ids this way and holds no tree.
+    #[test]
+    fn an_uncached_read_keeps_no_tree() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"taskIds":["a","b"]}}}"#;
+        let facts = walked(r#"{"notifications":{"taskIds":["a","b"]}}"#).unwrap();
+        let lazy = Params::from_body(body, facts);
+        let read = lazy.uncached();
+        assert!(matches!(read, std::borrow::Cow::Owned(_)));
+        assert_eq!(read["notifications"]["taskIds"], json!(["a", "b"]));
+        drop(read);
+        assert!(lazy.0.tree.get().is_none(), "nothing kept");
+        // Once the tree is made, it is lent, not parsed again.
+        assert_eq!(lazy["notifications"]["taskIds"][1], "b");
+        assert!(matches!(lazy.uncached(), std::borrow::Cow::Borrowed(_)));
     }
 }

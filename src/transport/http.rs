@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -115,7 +115,9 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 ///
 /// Each connection is served by hyper's HTTP/1 server with a timer, so a client
 /// that takes longer than `server.header_read_timeout` to send a request's
-/// headers is disconnected; the body's deadline is kept by [`read_body`].
+/// headers is disconnected; the body's deadline is kept by [`read_body`]. With
+/// `server.http2`, a connection that opens with HTTP/2's preface is served by
+/// hyper's HTTP/2 server instead (see [`Builders`]).
 /// Connections are served on `server.workers` threads, each connection on
 /// one of them from its first byte to its last (see `transport::lanes`).
 ///
@@ -135,10 +137,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
     let _metrics_port = super::metrics_port::start(&gw).await?;
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(gw.server.header_read_timeout);
+    let builders = Arc::new(Builders::new(&gw.server));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let deadlines = [
         gw.server.header_read_timeout,
@@ -174,12 +173,12 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                         continue;
                     }
                 };
-                let builder = builder.clone();
+                let builders = builders.clone();
                 // Anonymous callers are served only from loopback (or the
                 // networks the operator listed): decided here, once per
                 // connection, from the socket's peer address.
                 let front = front.for_peer(peer);
-                let mut stopping = stop_rx.clone();
+                let stopping = stop_rx.clone();
                 let held = held.clone();
                 drop(lanes.next().spawn(async move {
                     let _held = held;
@@ -190,19 +189,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
                             return;
                         }
                     };
-                    let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), front);
-                    tokio::pin!(connection);
-                    tokio::select! {
-                        outcome = connection.as_mut() => {
-                            if let Err(e) = outcome {
-                                tracing::debug!(error = %e, "connection ended with an error");
-                            }
-                        }
-                        _ = stopping.changed() => {
-                            connection.as_mut().graceful_shutdown();
-                            let _ = connection.await;
-                        }
-                    }
+                    builders.serve(stream, front, stopping).await;
                 }));
             }
             () = &mut stop => break,
@@ -221,6 +208,206 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     // What is still open is cut off with its lane.
     drop(lanes);
     Ok(())
+}
+
+/// How each connection is served: hyper's HTTP/1 server with the header read
+/// deadline, and with `server.http2` its HTTP/2 server too (h2c, prior
+/// knowledge), chosen by the connection's first bytes.
+struct Builders {
+    http1: hyper::server::conn::http1::Builder,
+    /// With `server.http2`: the HTTP/2 server. Its streams are spawned with
+    /// `tokio::spawn`, so on the lane of their connection.
+    http2: Option<hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>>,
+    /// How long a connection may take to show which protocol it speaks.
+    preface_timeout: std::time::Duration,
+}
+
+/// What an HTTP/2 connection opens with (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl Builders {
+    fn new(server: &crate::core::config::ServerConfig) -> Self {
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(server.header_read_timeout);
+        let http2 = server.http2.then(|| {
+            let mut http2 =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+            // What stands in for HTTP/1's header deadline (see the doc of
+            // `server.http2`): bounded streams and header lists, a peer that
+            // must answer pings, and the library's reset-flood limits (left
+            // at their defaults).
+            http2
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(server.http2_max_concurrent_streams)
+                .max_header_list_size(16 * 1024)
+                .keep_alive_interval(server.listen_keep_alive)
+                .keep_alive_timeout(server.header_read_timeout);
+            http2
+        });
+        Self {
+            http1,
+            http2,
+            preface_timeout: server.header_read_timeout,
+        }
+    }
+
+    /// Serves one connection until it closes, or, once `stopping` changes,
+    /// until what is in flight on it has finished.
+    async fn serve(
+        &self,
+        stream: tokio::net::TcpStream,
+        front: Front,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Some(http2) = &self.http2 else {
+            let connection = self
+                .http1
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), front);
+            return drive(connection, stopping, |c| c.graceful_shutdown()).await;
+        };
+        let sniffed = match Sniffed::read(stream, self.preface_timeout).await {
+            Ok(sniffed) => sniffed,
+            Err(e) => {
+                tracing::debug!(error = %e, "a connection ended before its first request");
+                return;
+            }
+        };
+        if sniffed.is_http2() {
+            let connection = http2.serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
+            drive(connection, stopping, |c| c.graceful_shutdown()).await;
+        } else {
+            let connection = self
+                .http1
+                .serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
+            drive(connection, stopping, |c| c.graceful_shutdown()).await;
+        }
+    }
+}
+
+/// Runs `connection` to its end; once `stopping` changes, asks it to shut down
+/// gracefully (`shutdown`: no new requests; HTTP/2 sends GOAWAY) and waits.
+async fn drive<C>(
+    connection: C,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    shutdown: impl FnOnce(std::pin::Pin<&mut C>),
+) where
+    C: std::future::Future<Output = Result<(), hyper::Error>>,
+{
+    tokio::pin!(connection);
+    tokio::select! {
+        outcome = connection.as_mut() => {
+            if let Err(e) = outcome {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = stopping.changed() => {
+            shutdown(connection.as_mut());
+            let _ = connection.await;
+        }
+    }
+}
+
+/// A connection whose first bytes were read to tell HTTP/2's preface from an
+/// HTTP/1 request; they are read again, first, by whoever serves it.
+struct Sniffed {
+    stream: tokio::net::TcpStream,
+    head: [u8; H2_PREFACE.len()],
+    /// `head[start..end]` is still to be read.
+    start: usize,
+    end: usize,
+}
+
+impl Sniffed {
+    /// Reads until the bytes are the whole preface or differ from it, within
+    /// `timeout` (an HTTP/1 request differs at its second byte at the latest).
+    async fn read(
+        mut stream: tokio::net::TcpStream,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<Self> {
+        use tokio::io::AsyncReadExt as _;
+        let mut head = [0; H2_PREFACE.len()];
+        let mut end = 0;
+        let deadline = tokio::time::Instant::now() + timeout;
+        while end < head.len() && head[..end] == H2_PREFACE[..end] {
+            let n = tokio::time::timeout_at(deadline, stream.read(&mut head[end..]))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no request within server.header_read_timeout",
+                    )
+                })??;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            end += n;
+        }
+        Ok(Self {
+            stream,
+            head,
+            start: 0,
+            end,
+        })
+    }
+
+    fn is_http2(&self) -> bool {
+        self.head[..self.end] == H2_PREFACE[..]
+    }
+}
+
+impl tokio::io::AsyncRead for Sniffed {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let me = self.get_mut();
+        if me.start < me.end {
+            let n = (me.end - me.start).min(buf.remaining());
+            buf.put_slice(&me.head[me.start..me.start + n]);
+            me.start += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut me.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Sniffed {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -455,7 +642,11 @@ async fn serve_mcp(
     let peer = parts.extensions.get::<audit::Peer>().map(|p| p.0);
     let headers = parts.headers;
     let failures = parts.extensions.get::<Arc<FailureLimit>>();
-    if let Some(refusal) = door_refusal(&gw, &headers, peer, failures) {
+    // HTTP/2 names the host in `:authority`, which hyper keeps in the URI.
+    let authority = (parts.version == axum::http::Version::HTTP_2)
+        .then(|| parts.uri.authority())
+        .flatten();
+    if let Some(refusal) = door_refusal(&gw, &headers, authority, peer, failures) {
         return refusal;
     }
     let identified = server::identify(&gw, oauth.as_deref(), &headers);
@@ -509,24 +700,27 @@ async fn serve_mcp(
 }
 
 /// The door's refusal of a request, before its credentials are looked at: a
-/// Host or Origin not allowed, or a peer with too many refused tokens.
+/// Host (or HTTP/2 `:authority`) or Origin not allowed, or a peer with too
+/// many refused tokens.
 fn door_refusal(
     gw: &Gateway,
     headers: &HeaderMap,
+    authority: Option<&axum::http::uri::Authority>,
     peer: Option<std::net::SocketAddr>,
     failures: Option<&Arc<FailureLimit>>,
 ) -> Option<Response> {
     // A request without a Host (HTTP/1.0, or a hand-made one) is refused as
     // one with a wrong Host: the check guards against DNS rebinding only if
-    // it cannot be skipped.
-    let host_ok = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| host_allowed(gw, host));
+    // it cannot be skipped. Over HTTP/2 the host is `:authority`, and a Host
+    // header beside it is held to the same rule (both must be allowed).
+    let host = headers.get(header::HOST);
+    let host_ok = (host.is_some() || authority.is_some())
+        && host.is_none_or(|h| h.to_str().is_ok_and(|h| host_allowed(gw, h)))
+        && authority.is_none_or(|a| host_allowed(gw, a.as_str()));
     if !host_ok {
         audit::refused_at_door(
             peer,
-            if headers.contains_key(header::HOST) {
+            if host.is_some() || authority.is_some() {
                 "host_not_allowed"
             } else {
                 "host_missing"
@@ -729,6 +923,14 @@ async fn streamed(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
     // A listen stream may stay quiet for long: `:` comments keep it alive.
     let keep_alive = admitted.is_listen().then_some(gw.server.listen_keep_alive);
+    // A listen stream holds its request for its whole life: it keeps only the
+    // headers the front door reads, copied (received values point into the
+    // connection's read buffer and would keep it alive).
+    let headers = if admitted.is_listen() {
+        headers_read_by_dispatch(&headers)
+    } else {
+        headers
+    };
     let mut work = Box::pin(async move {
         let inbound = Inbound {
             caller: &caller,
@@ -810,6 +1012,28 @@ async fn streamed(
         futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>))
     });
     sse_response(axum::body::Body::from_stream(stream))
+}
+
+/// The headers `server::dispatch` and the dialects read (the MCP headers and
+/// the trace context), each value copied.
+fn headers_read_by_dispatch(headers: &HeaderMap) -> HeaderMap {
+    use crate::rpc::header::{METHOD, NAME, PROTOCOL_VERSION};
+    const TRACE: [HeaderName; 2] = [
+        HeaderName::from_static("traceparent"),
+        HeaderName::from_static("tracestate"),
+    ];
+    let mut kept = HeaderMap::new();
+    for name in [PROTOCOL_VERSION, METHOD, NAME, SESSION_ID]
+        .iter()
+        .chain(TRACE.iter())
+    {
+        for value in headers.get_all(name) {
+            if let Ok(copy) = HeaderValue::from_bytes(value.as_bytes()) {
+                kept.append(name.clone(), copy);
+            }
+        }
+    }
+    kept
 }
 
 fn sse_response(body: axum::body::Body) -> Response {

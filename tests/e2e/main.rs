@@ -9,6 +9,7 @@
 //! - `core_http`, `core_stdio`: the core over Streamable HTTP and over stdio;
 //! - `dialects_legacy`, `dialects_sep1391`: the older protocol versions;
 //! - `auth_oauth`: OAuth 2.1 access tokens from a real authorization server;
+//! - `http2`: h2c on the MCP port (`server.http2`), with curl and a raw client;
 //! - `bounds`, `shutdown`, `config_check`: the front door's limits, SIGTERM,
 //!   configuration errors;
 //! - `logs`, `metrics`, `notifications`: `taskgate_logs`, `/metrics`, push
@@ -39,6 +40,7 @@ mod dashboard;
 mod dialects_legacy;
 mod dialects_sep1391;
 mod host_config;
+mod http2;
 mod log_colour;
 mod logs;
 mod metrics;

@@ -330,6 +330,19 @@ impl PeerNamespace {
     /// `curl` from inside the namespace: POST `body` to `url`; the status and
     /// the body of the answer ("000" when there was none).
     fn post(&self, url: &str, host: &str, body: &str) -> (String, String) {
+        let (_, status, body) = self.post_over(&[], url, host, body);
+        (status, body)
+    }
+
+    /// [`Self::post`] with curl's `options` first (`--http2-prior-knowledge`);
+    /// the HTTP version the answer came in first ("1.1", "2"; "0" for none).
+    fn post_over(
+        &self,
+        options: &[&str],
+        url: &str,
+        host: &str,
+        body: &str,
+    ) -> (String, String, String) {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -340,18 +353,27 @@ impl PeerNamespace {
                 "--max-time",
                 "10",
             ])
+            .args(options)
             .args([
                 "-H",
                 "content-type: application/json",
                 "-H",
                 &format!("host: {host}"),
             ])
-            .args(["-w", "\n%{http_code}", "--data-binary", body, url])
+            .args([
+                "-w",
+                "\n%{http_version} %{http_code}",
+                "--data-binary",
+                body,
+                url,
+            ])
             .output()
             .expect("run curl in the namespace");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let (body, tail) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let (version, status) = tail.trim().split_once(' ').unwrap_or(("", tail));
         (
+            version.to_owned(),
             status.trim().to_owned(),
             format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
         )
@@ -448,6 +470,63 @@ async fn anonymous_access_from_another_host_is_refused() {
     let url = format!("http://{}:{port}/mcp", ns.host_ip);
     let (status, body) = ns.post(&url, &format!("{}:{port}", ns.host_ip), PING);
     assert_eq!(status, "200", "{body}");
+    assert!(body.contains("\"result\""), "{body}");
+}
+
+/// The same refusal over HTTP/2 (`server.http2`, curl with prior knowledge):
+/// the peer is judged once per connection, and each stream on it is refused;
+/// a listed network's peer is served over HTTP/2 too.
+#[tokio::test]
+async fn anonymous_access_over_http2_from_another_host_is_refused() {
+    if let Err(why) = PeerNamespace::available() {
+        assert!(
+            std::env::var("TASKGATE_REQUIRE_E2E").as_deref() != Ok("1"),
+            "a network namespace is required (TASKGATE_REQUIRE_E2E=1): {why}"
+        );
+        eprintln!("skipping: cannot make a network namespace: {why}");
+        return;
+    }
+    let ns = PeerNamespace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let serve_with = async |networks: &str| -> (Reaped, u16) {
+        let port = free_port();
+        let path = config(
+            dir.path(),
+            &format!(
+                "listen = \"0.0.0.0:{port}\"\nallowed_hosts = [\"*\"]\nhttp2 = true\n\
+                 insecure_anonymous_networks = [{networks}]"
+            ),
+            "",
+        );
+        let mut server = taskgate(
+            dir.path(),
+            &["serve", "--config", &path.display().to_string()],
+            Some(KEY_SECRET),
+        );
+        healthy(&mut server, &format!("http://127.0.0.1:{port}")).await;
+        (server, port)
+    };
+    let h2 = ["--http2-prior-knowledge"];
+
+    let (server, port) = serve_with("\"198.51.100.0/24\"").await;
+    let url = format!("http://{}:{port}/mcp", ns.host_ip);
+    // Without a body: an answer before the body is read is followed by
+    // RST_STREAM(NO_ERROR), which curl 7.88 takes for an error when its
+    // upload has not ended yet.
+    let host = format!("{}:{port}", ns.host_ip);
+    let (version, status, body) = ns.post_over(&h2, &url, &host, "");
+    assert_eq!((version.as_str(), status.as_str()), ("2", "403"), "{body}");
+    assert!(body.contains("loopback peers only"), "{body}");
+    assert!(
+        server.stderr().contains(&ns.peer_ip),
+        "the refusal is logged with the peer"
+    );
+    drop(server);
+
+    let (_server, port) = serve_with(&format!("\"{}/32\"", ns.peer_ip)).await;
+    let url = format!("http://{}:{port}/mcp", ns.host_ip);
+    let (version, status, body) = ns.post_over(&h2, &url, &format!("{}:{port}", ns.host_ip), PING);
+    assert_eq!((version.as_str(), status.as_str()), ("2", "200"), "{body}");
     assert!(body.contains("\"result\""), "{body}");
 }
 

@@ -60,7 +60,12 @@ pub async fn listen(
     if let Some(headers) = headers {
         check_headers(gw, headers, "subscriptions/listen", params)?;
     }
-    let ids = task_ids(params, declared.tasks)?;
+    // The ids read from a parse of their own, freed here: the request's
+    // params are not kept as a tree for the stream's life.
+    let ids: Vec<Box<str>> = task_ids(&params.uncached(), declared.tasks)?
+        .into_iter()
+        .map(Box::from)
+        .collect();
     let out = out.ok_or_else(|| {
         RpcError::InvalidRequest(
             "subscriptions/listen needs a stream: send Accept: text/event-stream".into(),
@@ -73,7 +78,8 @@ pub async fn listen(
     // the runs it opens count against server.max_watched_runs_per_caller
     // (before any engine call) for the life of the stream.
     let opened: Vec<_> = ids
-        .into_iter()
+        .iter()
+        .map(|id| &**id)
         .filter_map(|task_id| {
             gw.open(caller, Dialect::TasksExtension, task_id)
                 .ok()
@@ -89,12 +95,14 @@ pub async fn listen(
             Err(e) => return Err(e.into()),
         }
     }
-    let meta = json!({ SUBSCRIPTION_ID: id });
+    // Made for each message, not kept: a map is a few hundred bytes, held
+    // by every open stream.
+    let meta = || json!({ SUBSCRIPTION_ID: id });
     let accepted: Vec<&str> = watched.iter().map(|(t, ..)| *t).collect();
     send(
         out,
         "notifications/subscriptions/acknowledged",
-        json!({ "_meta": meta, "notifications": { "taskIds": accepted } }),
+        json!({ "_meta": meta(), "notifications": { "taskIds": accepted } }),
     );
 
     let streams: FuturesUnordered<_> = watched
@@ -115,7 +123,7 @@ pub async fn listen(
     {
         tracing::debug!("a listen stream reached server.max_listen");
     }
-    Ok(json!({ "resultType": "complete", "_meta": meta }))
+    Ok(json!({ "resultType": "complete", "_meta": meta() }))
 }
 
 /// Where a listen stream's notifications go, and what its request declared.
@@ -130,7 +138,7 @@ struct Subscriber<'a> {
 
 /// The task ids of the subscription filter `notifications.taskIds`, each
 /// once; naming them needs the tasks extension (`tasks`).
-fn task_ids(params: &Params, tasks: bool) -> Result<Vec<&str>, RpcError> {
+fn task_ids(params: &Value, tasks: bool) -> Result<Vec<&str>, RpcError> {
     let filter = match params.get("notifications") {
         Some(Value::Object(f)) => f,
         _ => {
