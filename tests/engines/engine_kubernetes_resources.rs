@@ -16,7 +16,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::cluster::rbac_namespace;
+use common::cluster::{rbac_namespace, rbac_settled};
 use common::{tool_entry, wait_for, Client, Legacy, Setup};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -91,6 +91,8 @@ impl Cluster {
             .create(&PostParams::default(), &binding)
             .await
             .expect("rolebinding");
+        let rules = serde_json::to_value(&role.rules).unwrap();
+        rbac_settled(&admin, &ns, &sa, &rules).await;
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),

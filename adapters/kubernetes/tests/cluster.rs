@@ -13,10 +13,14 @@
 //! test proves the Role suffices for what it does.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -88,6 +92,75 @@ where
         tokio::time::sleep(POLL).await;
     }
     panic!("timed out after {DEADLINE:?} waiting for {what}; last: {last}");
+}
+
+/// Waits until the API server lets ServiceAccount `sa` of `ns` do what each of
+/// `rules` (a Role's rules) grants (its first verb on its first resource, asked
+/// by SubjectAccessReview); counts in `denied` the refusals seen first. A
+/// RoleBinding reaches the RBAC authorizer through the API server's informer
+/// cache, a moment after its create returns: a request as the ServiceAccount in
+/// between is refused (`cannot create jobs`), so every test that binds a Role
+/// waits here before it uses it.
+async fn rbac_settled(admin: &kube::Client, ns: &str, sa: &str, rules: &Value, denied: &AtomicU32) {
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    let asks: Vec<ResourceAttributes> = rules
+        .as_array()
+        .expect("a Role's rules")
+        .iter()
+        .map(|rule| {
+            let (resource, subresource) =
+                match rule["resources"][0].as_str().unwrap().split_once('/') {
+                    Some((r, s)) => (r.to_owned(), Some(s.to_owned())),
+                    None => (rule["resources"][0].as_str().unwrap().to_owned(), None),
+                };
+            ResourceAttributes {
+                namespace: Some(ns.to_owned()),
+                group: Some(rule["apiGroups"][0].as_str().unwrap().to_owned()),
+                resource: Some(resource),
+                subresource,
+                verb: Some(rule["verbs"][0].as_str().unwrap().to_owned()),
+                ..ResourceAttributes::default()
+            }
+        })
+        .collect();
+    let user = format!("system:serviceaccount:{ns}:{sa}");
+    until(&format!("RBAC to let {user} use its Role"), || async {
+        for ask in &asks {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.clone()),
+                    groups: Some(vec![
+                        "system:serviceaccounts".to_owned(),
+                        format!("system:serviceaccounts:{ns}"),
+                        "system:authenticated".to_owned(),
+                    ]),
+                    resource_attributes: Some(ask.clone()),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let allowed = reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .is_some_and(|s| s.allowed);
+            if !allowed {
+                denied.fetch_add(1, Ordering::SeqCst);
+                return Err(format!(
+                    "{} {} denied",
+                    ask.verb.as_deref().unwrap_or(""),
+                    ask.resource.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    let n = denied.load(Ordering::SeqCst);
+    if n > 0 {
+        eprintln!("RBAC for {user}: allowed after {n} denied review(s)");
+    }
 }
 
 impl Cluster {
@@ -163,6 +236,7 @@ impl Cluster {
         edit_rules: Option<&dyn Fn(&mut Value)>,
     ) {
         let pp = PostParams::default();
+        let mut rules = Value::Null;
         for mut doc in yaml_docs(&repo_file("deploy/rbac.yaml")) {
             doc["metadata"]["namespace"] = json!(ns);
             doc["metadata"]["name"] = json!(name);
@@ -178,6 +252,7 @@ impl Cluster {
                     if let Some(edit) = edit_rules {
                         edit(&mut doc["rules"]);
                     }
+                    rules = doc["rules"].clone();
                     let role: Role = serde_json::from_value(doc).unwrap();
                     Api::<Role>::namespaced(admin.clone(), ns)
                         .create(&pp, &role)
@@ -199,6 +274,7 @@ impl Cluster {
                 other => panic!("unexpected kind {other} in deploy/rbac.yaml"),
             }
         }
+        rbac_settled(admin, ns, name, &rules, &AtomicU32::new(0)).await;
     }
 
     /// A token of ServiceAccount `sa` (TokenRequest API, one hour).
@@ -996,6 +1072,8 @@ async fn an_argo_workflow_gets_the_trace_parameter_and_annotations() {
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
+    let rules = serde_json::to_value(&role.rules).unwrap();
+    rbac_settled(&c.admin, &c.ns, "taskgate", &rules, &AtomicU32::new(0)).await;
     let workflow = serde_yaml::to_string(&json!({
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
@@ -1227,6 +1305,70 @@ async fn the_minimal_role_suffices_and_less_is_named() {
     let t = texts(&output);
     assert_eq!(t[0], "fine");
     assert!(t[1].contains("permission denied for get pods/log"), "{t:?}");
+    c.done().await;
+}
+
+/// The wait every `Cluster::new` takes after binding its Role (`rbac_settled`):
+/// with the RoleBinding created late, the wait sees the ServiceAccount refused
+/// and holds; once the binding is made it returns, and the ServiceAccount's own
+/// requests (the engine's probe, which asks for each verb of the Role) pass.
+#[tokio::test]
+async fn the_rbac_wait_holds_until_a_late_binding_is_seen() {
+    let Some(c) = Cluster::new("rbacwait").await else {
+        return;
+    };
+    let pp = PostParams::default();
+    let docs = yaml_docs(&repo_file("deploy/rbac.yaml"));
+    let rules = docs.iter().find(|d| d["kind"] == "Role").unwrap()["rules"].clone();
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "late"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(c.admin.clone(), &c.ns)
+        .create(&pp, &sa)
+        .await
+        .unwrap();
+    let role: Role =
+        serde_json::from_value(json!({"metadata": {"name": "late"}, "rules": rules})).unwrap();
+    Api::<Role>::namespaced(c.admin.clone(), &c.ns)
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    let denied = Arc::new(AtomicU32::new(0));
+    let wait = tokio::spawn({
+        let (admin, ns, rules, denied) =
+            (c.admin.clone(), c.ns.clone(), rules.clone(), denied.clone());
+        async move { rbac_settled(&admin, &ns, "late", &rules, &denied).await }
+    });
+    until("the wait to see the ServiceAccount refused", || async {
+        match denied.load(Ordering::SeqCst) {
+            0 => Err("no refusal yet".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(!wait.is_finished(), "the wait returned with no binding");
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "late"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "late"},
+        "subjects": [{"kind": "ServiceAccount", "name": "late", "namespace": c.ns}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(c.admin.clone(), &c.ns)
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    tokio::time::timeout(DEADLINE, wait)
+        .await
+        .expect("the wait returns once the binding is seen")
+        .unwrap();
+    assert!(denied.load(Ordering::SeqCst) >= 1);
+    let token = Cluster::token(&c.admin, &c.ns, "late").await;
+    let kubeconfig = Cluster::token_kubeconfig(&kubeconfig().unwrap(), &token, &c.dir, "late");
+    let engine = taskgate_kubernetes::build(json!({"kubeconfig": kubeconfig, "namespace": c.ns}))
+        .await
+        .unwrap();
+    engine
+        .probe()
+        .await
+        .expect("the late ServiceAccount's Role in force");
     c.done().await;
 }
 
@@ -1477,6 +1619,8 @@ async fn discover_lists_argo_workflow_templates() {
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
+    let rules = serde_json::to_value(&role.rules).unwrap();
+    rbac_settled(&c.admin, &c.ns, "taskgate", &rules, &AtomicU32::new(0)).await;
     let found = until("the WorkflowTemplate listed", || async {
         match engine.discover(&Default::default()).await {
             Ok(found) if !found.is_empty() => Ok(found),
