@@ -117,7 +117,7 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// that takes longer than `server.header_read_timeout` to send a request's
 /// headers is disconnected; the body's deadline is kept by [`read_body`]. With
 /// `server.http2`, a connection that opens with HTTP/2's preface is served by
-/// hyper's HTTP/2 server instead (see [`Builders`]).
+/// hyper's HTTP/2 server instead (see `transport::connection`).
 /// Connections are served on `server.workers` threads, each connection on
 /// one of them from its first byte to its last (see `transport::lanes`).
 ///
@@ -137,7 +137,7 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening on http://{}/mcp", listener.local_addr()?);
     let _metrics_port = super::metrics_port::start(&gw).await?;
-    let builders = Arc::new(Builders::new(&gw.server));
+    let builders = Arc::new(super::connection::Builders::new(&gw.server));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let deadlines = [
         gw.server.header_read_timeout,
@@ -208,206 +208,6 @@ pub async fn serve(gw: Arc<Gateway>, listen: SocketAddr) -> std::io::Result<()> 
     // What is still open is cut off with its lane.
     drop(lanes);
     Ok(())
-}
-
-/// How each connection is served: hyper's HTTP/1 server with the header read
-/// deadline, and with `server.http2` its HTTP/2 server too (h2c, prior
-/// knowledge), chosen by the connection's first bytes.
-struct Builders {
-    http1: hyper::server::conn::http1::Builder,
-    /// With `server.http2`: the HTTP/2 server. Its streams are spawned with
-    /// `tokio::spawn`, so on the lane of their connection.
-    http2: Option<hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>>,
-    /// How long a connection may take to show which protocol it speaks.
-    preface_timeout: std::time::Duration,
-}
-
-/// What an HTTP/2 connection opens with (RFC 9113, section 3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-impl Builders {
-    fn new(server: &crate::core::config::ServerConfig) -> Self {
-        let mut http1 = hyper::server::conn::http1::Builder::new();
-        http1
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(server.header_read_timeout);
-        let http2 = server.http2.then(|| {
-            let mut http2 =
-                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
-            // What stands in for HTTP/1's header deadline (see the doc of
-            // `server.http2`): bounded streams and header lists, a peer that
-            // must answer pings, and the library's reset-flood limits (left
-            // at their defaults).
-            http2
-                .timer(hyper_util::rt::TokioTimer::new())
-                .max_concurrent_streams(server.http2_max_concurrent_streams)
-                .max_header_list_size(16 * 1024)
-                .keep_alive_interval(server.listen_keep_alive)
-                .keep_alive_timeout(server.header_read_timeout);
-            http2
-        });
-        Self {
-            http1,
-            http2,
-            preface_timeout: server.header_read_timeout,
-        }
-    }
-
-    /// Serves one connection until it closes, or, once `stopping` changes,
-    /// until what is in flight on it has finished.
-    async fn serve(
-        &self,
-        stream: tokio::net::TcpStream,
-        front: Front,
-        stopping: tokio::sync::watch::Receiver<bool>,
-    ) {
-        let Some(http2) = &self.http2 else {
-            let connection = self
-                .http1
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), front);
-            return drive(connection, stopping, |c| c.graceful_shutdown()).await;
-        };
-        let sniffed = match Sniffed::read(stream, self.preface_timeout).await {
-            Ok(sniffed) => sniffed,
-            Err(e) => {
-                tracing::debug!(error = %e, "a connection ended before its first request");
-                return;
-            }
-        };
-        if sniffed.is_http2() {
-            let connection = http2.serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
-            drive(connection, stopping, |c| c.graceful_shutdown()).await;
-        } else {
-            let connection = self
-                .http1
-                .serve_connection(hyper_util::rt::TokioIo::new(sniffed), front);
-            drive(connection, stopping, |c| c.graceful_shutdown()).await;
-        }
-    }
-}
-
-/// Runs `connection` to its end; once `stopping` changes, asks it to shut down
-/// gracefully (`shutdown`: no new requests; HTTP/2 sends GOAWAY) and waits.
-async fn drive<C>(
-    connection: C,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
-    shutdown: impl FnOnce(std::pin::Pin<&mut C>),
-) where
-    C: std::future::Future<Output = Result<(), hyper::Error>>,
-{
-    tokio::pin!(connection);
-    tokio::select! {
-        outcome = connection.as_mut() => {
-            if let Err(e) = outcome {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        }
-        _ = stopping.changed() => {
-            shutdown(connection.as_mut());
-            let _ = connection.await;
-        }
-    }
-}
-
-/// A connection whose first bytes were read to tell HTTP/2's preface from an
-/// HTTP/1 request; they are read again, first, by whoever serves it.
-struct Sniffed {
-    stream: tokio::net::TcpStream,
-    head: [u8; H2_PREFACE.len()],
-    /// `head[start..end]` is still to be read.
-    start: usize,
-    end: usize,
-}
-
-impl Sniffed {
-    /// Reads until the bytes are the whole preface or differ from it, within
-    /// `timeout` (an HTTP/1 request differs at its second byte at the latest).
-    async fn read(
-        mut stream: tokio::net::TcpStream,
-        timeout: std::time::Duration,
-    ) -> std::io::Result<Self> {
-        use tokio::io::AsyncReadExt as _;
-        let mut head = [0; H2_PREFACE.len()];
-        let mut end = 0;
-        let deadline = tokio::time::Instant::now() + timeout;
-        while end < head.len() && head[..end] == H2_PREFACE[..end] {
-            let n = tokio::time::timeout_at(deadline, stream.read(&mut head[end..]))
-                .await
-                .map_err(|_| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no request within server.header_read_timeout",
-                    )
-                })??;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            end += n;
-        }
-        Ok(Self {
-            stream,
-            head,
-            start: 0,
-            end,
-        })
-    }
-
-    fn is_http2(&self) -> bool {
-        self.head[..self.end] == H2_PREFACE[..]
-    }
-}
-
-impl tokio::io::AsyncRead for Sniffed {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let me = self.get_mut();
-        if me.start < me.end {
-            let n = (me.end - me.start).min(buf.remaining());
-            buf.put_slice(&me.head[me.start..me.start + n]);
-            me.start += n;
-            return std::task::Poll::Ready(Ok(()));
-        }
-        std::pin::Pin::new(&mut me.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Sniffed {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
