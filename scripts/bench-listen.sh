@@ -15,7 +15,8 @@
 #
 # For each N and shape, a fresh taskgate (release build, one exec tool whose
 # run sleeps an hour; bounds sized for N) on loopback, and the driver
-# scripts/bench/listen.go (Go standard library; built here with `go build`):
+# scripts/bench/listen (Go standard library, the scripts/bench module; built
+# here with `go build`):
 #
 #   shared  one run, all N streams on it (one shared watch)
 #   own     N runs, one stream each (N watches, N exec supervisors)
@@ -61,7 +62,7 @@ case "$engine" in
     *) echo "BENCH_LISTEN_ENGINE is exec or stepfunctions" >&2; exit 2 ;;
 esac
 
-command -v go >/dev/null || { echo "bench-listen needs a Go toolchain for its driver (scripts/bench/listen.go)" >&2; exit 1; }
+command -v go >/dev/null || { echo "bench-listen needs a Go toolchain for its driver (scripts/bench/listen)" >&2; exit 1; }
 bin="${BENCH_TASKGATE:-$root/target/release/taskgate}"
 if [ -z "${BENCH_TASKGATE:-}" ]; then
     cargo build --release --quiet --bin taskgate
@@ -78,7 +79,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-go build -o "$work/listen" scripts/bench/listen.go
+(cd scripts/bench && go build -o "$work/listen" ./listen)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # The engine and its one tool, `bench_tool`, whose runs last an hour.

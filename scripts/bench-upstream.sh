@@ -11,7 +11,7 @@
 #
 # For each replica count R and shape, R fresh taskgate replicas (one config, one
 # key, their own loopback ports; a release build) and the driver
-# scripts/bench/upstream/upstream.go (Go standard library; built here):
+# scripts/bench/upstream (Go standard library, the scripts/bench module; built here):
 #
 #   shared  one run, N listen streams on it, stream i on replica i mod R
 #   own     N runs, one stream each, run and stream i on replica i mod R
@@ -74,7 +74,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-(cd scripts/bench/upstream && go build -o "$work/upstream" upstream.go)
+(cd scripts/bench && go build -o "$work/upstream" ./upstream)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tag="tg-bench-upstream-$$"
 

@@ -2,8 +2,8 @@
 // streams on a running taskgate, lets them idle, completes their runs, and
 // prints what it measured of the server (one "BENCH key=value ..." line, then
 // a readable summary). Standard library only; built by the script with
-// `go build` (a Go toolchain is on the project machine for the Temporal
-// server).
+// `go build` (the module in scripts/bench; the shared pieces in ../driver; a
+// Go toolchain is on the project machine for the Temporal server).
 //
 //	listen -url URL -pid PID -n N -shape shared|own [-idle 60s] [-tool bench_sleep] [-http 1|2 [-per-conn 100]]
 //
@@ -19,12 +19,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -32,12 +29,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-)
 
-const meta = `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+	"taskgate/bench/driver"
+)
 
 var (
 	url     = flag.String("url", "http://127.0.0.1:8808/mcp", "taskgate's MCP endpoint")
@@ -85,58 +81,10 @@ func streamClient(i int) *http.Client {
 	return client
 }
 
-func post(method, name, body string, accept string) (*http.Response, error) {
-	return postWith(client, method, name, body, accept)
-}
-
-func postWith(c *http.Client, method, name, body string, accept string) (*http.Response, error) {
-	req, err := http.NewRequest("POST", *url, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("content-type", "application/json")
-	req.Header.Set("accept", accept)
-	req.Header.Set("mcp-protocol-version", "2026-07-28")
-	req.Header.Set("mcp-method", method)
-	req.Header.Set("mcp-name", name)
-	return c.Do(req)
-}
-
-func call(method, name, params string) (map[string]any, error) {
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":%q,"params":%s}`, method, params)
-	resp, err := post(method, name, body, "application/json")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, err
-	}
-	if e, ok := out["error"]; ok {
-		return nil, fmt.Errorf("%s: %v", method, e)
-	}
-	return out, nil
-}
-
-func startTask() (string, error) {
-	out, err := call("tools/call", *tool, fmt.Sprintf(`{"name":%q,"arguments":{},"_meta":%s}`, *tool, meta))
-	if err != nil {
-		return "", err
-	}
-	result, _ := out["result"].(map[string]any)
-	id, _ := result["taskId"].(string)
-	if id == "" {
-		return "", fmt.Errorf("no task: %v", out)
-	}
-	return id, nil
-}
-
-// stream is one open listen stream.
+// stream is one open listen stream and what was read from it.
 type stream struct {
-	task      string
+	*driver.Stream
 	keepAlive atomic.Int64 // bytes of ": keep-alive" comments
-	ended     chan struct{}
 	last      atomic.Int64 // unix nanos of the terminal notification
 }
 
@@ -149,86 +97,24 @@ func isTerminal(data string) bool {
 	return false
 }
 
-// open sends the listen request and returns once the acknowledgement and the
-// task's first notification arrived; the stream is then read on its own.
+// open opens a listen stream on task over c and counts, as its lines come,
+// the keep-alive bytes and when the terminal notification arrived.
 func open(c *http.Client, task string) (*stream, error) {
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"bench","method":"subscriptions/listen","params":{"notifications":{"taskIds":[%q]},"_meta":%s}}`, task, meta)
-	resp, err := postWith(c, "subscriptions/listen", "", body, "application/json, text/event-stream")
+	s := &stream{}
+	ls, err := driver.Listen(c, *url, task, *version, func(line string) {
+		switch {
+		case strings.HasPrefix(line, ":"):
+			// ": keep-alive\n" and the blank line that ends the event.
+			s.keepAlive.Add(int64(len(line)) + 1)
+		case strings.HasPrefix(line, "data: ") && s.last.Load() == 0 && isTerminal(line):
+			s.last.Store(time.Now().UnixNano())
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	if want := *version; resp.ProtoMajor != want {
-		resp.Body.Close()
-		return nil, fmt.Errorf("listen: answered over HTTP/%d, not HTTP/%d", resp.ProtoMajor, want)
-	}
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		resp.Body.Close()
-		return nil, fmt.Errorf("listen: HTTP %d %s", resp.StatusCode, b)
-	}
-	s := &stream{task: task, ended: make(chan struct{})}
-	r := bufio.NewReaderSize(resp.Body, 4096)
-	events := 0
-	for events < 2 {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			resp.Body.Close()
-			return nil, fmt.Errorf("listen: the stream ended after %d events: %w", events, err)
-		}
-		if strings.HasPrefix(line, "data: ") {
-			if strings.Contains(line, `"error"`) {
-				resp.Body.Close()
-				return nil, fmt.Errorf("listen: %s", line)
-			}
-			events++
-		}
-	}
-	go func() {
-		defer close(s.ended)
-		defer resp.Body.Close()
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			switch {
-			case strings.HasPrefix(line, ":"):
-				// ": keep-alive\n" and the blank line that ends the event.
-				s.keepAlive.Add(int64(len(line)) + 1)
-			case strings.HasPrefix(line, "data: ") && s.last.Load() == 0 && isTerminal(line):
-				s.last.Store(time.Now().UnixNano())
-			}
-		}
-	}()
+	s.Stream = ls
 	return s, nil
-}
-
-// parallel runs f(0..count-1) with at most `width` in flight; the first error wins.
-func parallel(count, width int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	var first atomic.Value
-	next := atomic.Int64{}
-	for w := 0; w < width && w < count; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= count || first.Load() != nil {
-					return
-				}
-				if err := f(i); err != nil {
-					first.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := first.Load().(error); ok {
-		return err
-	}
-	return nil
 }
 
 func procField(file, key string) int64 {
@@ -279,43 +165,8 @@ func inotifyWatches() (instances, watches int) {
 // engineCalls sums taskgate_engine_calls_total by operation.
 func engineCalls() map[string]float64 {
 	out := map[string]float64{}
-	resp, err := http.Get(*metrics)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "taskgate_engine_calls_total{") {
-			continue
-		}
-		op := "?"
-		if i := strings.Index(line, `operation="`); i >= 0 {
-			rest := line[i+len(`operation="`):]
-			op = rest[:strings.IndexByte(rest, '"')]
-		}
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		out[op] += v
-		out["all"] += v
-	}
+	driver.AddEngineCalls(http.DefaultClient, *metrics, out)
 	return out
-}
-
-func diff(a, b map[string]float64) string {
-	var parts []string
-	for op, v := range b {
-		if d := v - a[op]; d != 0 && op != "all" {
-			parts = append(parts, fmt.Sprintf("%s:%.0f", op, d))
-		}
-	}
-	sort.Strings(parts)
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ",")
 }
 
 func pct(all []time.Duration, p float64) time.Duration {
@@ -360,8 +211,8 @@ func main() {
 
 	tasks := make([]string, runs)
 	began := time.Now()
-	if err := parallel(runs, 16, func(i int) (err error) {
-		tasks[i], err = startTask()
+	if err := driver.Parallel(runs, 16, func(i int) (err error) {
+		tasks[i], err = driver.StartTask(client, *url, *tool)
 		return
 	}); err != nil {
 		fail("starting runs: %v", err)
@@ -372,7 +223,7 @@ func main() {
 
 	streams := make([]*stream, *n)
 	began = time.Now()
-	if err := parallel(*n, *opening, func(i int) (err error) {
+	if err := driver.Parallel(*n, *opening, func(i int) (err error) {
 		streams[i], err = open(streamClient(i), tasks[i%runs])
 		if err != nil {
 			err = fmt.Errorf("stream %d: %w", i, err)
@@ -405,17 +256,16 @@ func main() {
 	// notification.
 	sent := make([]int64, runs)
 	cpu2 := cpuTicks()
-	if err := parallel(runs, 16, func(i int) error {
+	if err := driver.Parallel(runs, 16, func(i int) error {
 		sent[i] = time.Now().UnixNano()
-		_, err := call("tasks/cancel", tasks[i], fmt.Sprintf(`{"taskId":%q,"_meta":%s}`, tasks[i], meta))
-		return err
+		return driver.CancelTask(client, *url, tasks[i])
 	}); err != nil {
 		fail("cancelling: %v", err)
 	}
 	deadline := time.After(5 * time.Minute)
 	for _, s := range streams {
 		select {
-		case <-s.ended:
+		case <-s.Ended:
 		case <-deadline:
 			fail("streams still open 5 minutes after their runs were cancelled")
 		}
@@ -445,7 +295,7 @@ func main() {
 	perStream := float64(rssOpen-rssIdle) * 1024 / float64(*n)
 	fmt.Printf("BENCH http=%d per_conn=%d shape=%s streams=%d runs=%d rss_idle_kb=%d rss_open_kb=%d rss_after_idle_kb=%d rss_after_kb=%d per_stream_b=%.0f fds_idle=%d fds_open=%d fds_after=%d inotify_instances=%d inotify_watches=%d idle_s=%.1f cpu_s=%.2f cpu_core_pct=%.2f engine_calls_idle=%.0f engine_calls_idle_ops=%s keepalive_b=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f missing=%d start_s=%.1f open_s=%.1f fanout_cpu_s=%.2f fanout_cpu_us_per_stream=%.0f\n",
 		*version, *perConn, *shape, *n, runs, rssIdle, rssOpen, rssIdleStreams, rssAfter, perStream, fdIdle, fdOpen, fdAfter, instances, watches,
-		window, float64(cpu1-cpu0) / *hz, 100*cpuShare, calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0,
+		window, float64(cpu1-cpu0) / *hz, 100*cpuShare, calls1["all"]-calls0["all"], driver.Diff(calls0, calls1, 1), ka1-ka0,
 		float64(pct(lat, 0.5).Microseconds())/1000, float64(pct(lat, 0.99).Microseconds())/1000, float64(pct(lat, 1).Microseconds())/1000,
 		missing, startSecs, openSecs, fanoutCPU, fanoutCPU*1e6/float64(*n))
 	over := "HTTP/1.1, a connection per stream"
@@ -454,5 +304,5 @@ func main() {
 	}
 	fmt.Printf("%s, %s, %d streams on %d run(s): RSS %d → %d kB (%.0f bytes per stream), %d → %d fds; idle %.0fs: %.2f CPU-s (%.2f%% of a core), %.0f engine calls (%s), %d keep-alive bytes; cancel → last notification p50 %v p99 %v max %v (%d without one), taskgate CPU from the cancels to the streams' ends %.2f s (%.0f µs per stream); after: RSS %d kB, %d fds\n",
 		over, *shape, *n, runs, rssIdle, rssOpen, perStream, fdIdle, fdOpen, window, float64(cpu1-cpu0) / *hz, 100*cpuShare,
-		calls1["all"]-calls0["all"], diff(calls0, calls1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, fanoutCPU, fanoutCPU*1e6/float64(*n), rssAfter, fdAfter)
+		calls1["all"]-calls0["all"], driver.Diff(calls0, calls1, 1), ka1-ka0, pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1), missing, fanoutCPU, fanoutCPU*1e6/float64(*n), rssAfter, fdAfter)
 }
