@@ -5,6 +5,7 @@
 #   BENCH_UPSTREAM_ENGINE=kubernetes scripts/bench-upstream.sh      # Jobs: TASKGATE_KUBECONFIG, TASKGATE_K8S_AUDIT_LOG
 #   BENCH_UPSTREAM_ENGINE=argo scripts/bench-upstream.sh            # + the Argo controller (scripts/argo/up.sh)
 #   BENCH_UPSTREAM_ENGINE=temporal scripts/bench-upstream.sh        # eval "$(scripts/temporal/up.sh)"
+#   BENCH_UPSTREAM_ENGINE=airflow scripts/bench-upstream.sh         # eval "$(scripts/airflow/up.sh)"
 #   BENCH_UPSTREAM_REPLICAS="1 3"  BENCH_UPSTREAM_SHAPES="shared own"  BENCH_UPSTREAM_N=100
 #   BENCH_UPSTREAM_WINDOW=60s  BENCH_UPSTREAM_POLL=5s  BENCH_UPSTREAM_SETTLE=15s
 #   BENCH_TASKGATE=/path/to/taskgate   # measure another build (default: a release build here)
@@ -31,19 +32,25 @@
 #   temporal       the frontend's Prometheus endpoint (TASKGATE_TEMPORAL_METRICS):
 #                  service_requests_total in the bench's namespace, by
 #                  operation, for the operations taskgate sends
+#   airflow        the API server's access log (api-server.log in
+#                  TASKGATE_AIRFLOW_HOME, one line a request): every request
+#                  but the workers' (/execution/…), by method and path shape
+#                  (ids as *), so anything unexpected has a row of its own
 #
 # and beside it what the replicas counted themselves (taskgate_engine_calls_total
 # on their /metrics). Then the runs are cancelled. The engine's runs:
 # stepfunctions a Standard state machine whose Wait state lasts an hour;
 # kubernetes a Job whose kwok pod runs an hour (tests/k8s/stages.yaml);
 # argo a Workflow whose one pod does; temporal a workflow on a task queue no
-# worker polls (it stays Running). The Kubernetes engines run as a fresh
+# worker polls (it stays Running); airflow a run of tg_bench_hold
+# (tests/airflow/dags/taskgate_bench_dags.py), which stays running with its
+# task never queued. The Kubernetes engines run as a fresh
 # namespace's ServiceAccount with deploy/rbac.yaml (plus workflows for argo).
 # Numbers belong in the engine READMEs and issue notes, never in test assertions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-engine=${BENCH_UPSTREAM_ENGINE:?set BENCH_UPSTREAM_ENGINE: stepfunctions, kubernetes, argo or temporal}
+engine=${BENCH_UPSTREAM_ENGINE:?set BENCH_UPSTREAM_ENGINE: stepfunctions, kubernetes, argo, temporal or airflow}
 replica_counts=${BENCH_UPSTREAM_REPLICAS:-1 3}
 shapes=${BENCH_UPSTREAM_SHAPES:-shared own}
 n=${BENCH_UPSTREAM_N:-100}
@@ -250,7 +257,59 @@ for k, v in sorted(counts.items()):
 PY
     count="python3 '$work/count.py' '$TASKGATE_TEMPORAL_METRICS' '$tns'"
     ;;
-*) echo "BENCH_UPSTREAM_ENGINE is stepfunctions, kubernetes, argo or temporal" >&2; exit 2 ;;
+airflow)
+    : "${TASKGATE_AIRFLOW_URL:?needs TASKGATE_AIRFLOW_URL (eval \"\$(scripts/airflow/up.sh)\")}"
+    : "${TASKGATE_AIRFLOW_USERNAME:?needs TASKGATE_AIRFLOW_USERNAME (eval \"\$(scripts/airflow/up.sh)\")}"
+    : "${TASKGATE_AIRFLOW_PASSWORD:?needs TASKGATE_AIRFLOW_PASSWORD (eval \"\$(scripts/airflow/up.sh)\")}"
+    : "${TASKGATE_AIRFLOW_HOME:?needs TASKGATE_AIRFLOW_HOME (eval \"\$(scripts/airflow/up.sh)\")}"
+    access_log="$TASKGATE_AIRFLOW_HOME/api-server.log"
+    [ -f "$access_log" ] || { echo "no api-server log at $access_log" >&2; exit 1; }
+    # The replicas read the password from the environment they inherit.
+    export TASKGATE_AIRFLOW_PASSWORD
+    engine_toml=$(cat <<TOML
+[engines.airflow]
+kind = "airflow"
+base_url = "$TASKGATE_AIRFLOW_URL"
+username = "$TASKGATE_AIRFLOW_USERNAME"
+password_env = "TASKGATE_AIRFLOW_PASSWORD"
+
+[[tools]]
+name = "bench_tool"
+engine = "airflow"
+mode = "async"
+poll_interval = "$poll"
+# Its run stays running: its one task waits for a pool that does not exist.
+target = { dag_id = "tg_bench_hold" }
+TOML
+)
+    # The API server's requests so far, by method and path shape: ids become *
+    # (GET_dags/*/dagRuns/*/taskInstances); the workers' execution API is left out.
+    cat > "$work/count.py" <<'PY'
+import re, sys
+ids_after = {"dags", "dagRuns", "taskInstances", "tasks", "xcomEntries", "logs"}
+counts = {}
+with open(sys.argv[1], errors="replace") as f:
+    for line in f:
+        if "[http.access]" not in line:
+            continue
+        method = re.search(r" method=(\S+)", line)
+        path = re.search(r" path=(\S+)", line)
+        if not method or not path:
+            sys.exit("an access line this counter cannot read: " + line)
+        parts = path.group(1).strip("/").split("/")
+        if parts[0] == "execution":
+            continue
+        if parts[:2] == ["api", "v2"]:
+            parts = parts[2:]
+        shape = [("*" if i > 0 and parts[i - 1] in ids_after else p) for i, p in enumerate(parts)]
+        key = method.group(1) + "_" + "/".join(shape)
+        counts[key] = counts.get(key, 0) + 1
+for k, v in sorted(counts.items()):
+    print(k, v)
+PY
+    count="python3 '$work/count.py' '$access_log'"
+    ;;
+*) echo "BENCH_UPSTREAM_ENGINE is stepfunctions, kubernetes, argo, temporal or airflow" >&2; exit 2 ;;
 esac
 
 cat > "$work/taskgate.toml" <<TOML
