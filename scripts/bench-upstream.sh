@@ -35,7 +35,9 @@
 #   airflow        the API server's access log (api-server.log in
 #                  TASKGATE_AIRFLOW_HOME, one line a request): every request
 #                  but the workers' (/execution/…), by method and path shape
-#                  (ids as *), so anything unexpected has a row of its own
+#                  (ids as *, so anything unexpected has a row of its own),
+#                  by when the request came (each count waits 5 s for the
+#                  lines of the requests then in flight)
 #
 # and beside it what the replicas counted themselves (taskgate_engine_calls_total
 # on their /metrics). Then the runs are cancelled. The engine's runs:
@@ -282,10 +284,18 @@ poll_interval = "$poll"
 target = { dag_id = "tg_bench_hold" }
 TOML
 )
-    # The API server's requests so far, by method and path shape: ids become *
-    # (GET_dags/*/dagRuns/*/taskInstances); the workers' execution API is left out.
+    # The API server's requests taken before this count was called, by method
+    # and path shape: ids become * (GET_dags/*/dagRuns/*/taskInstances); the
+    # workers' execution API is left out. A request's line is written once it is
+    # over, so a line's place says nothing of when its request came
+    # (tests/common/airflow.rs): the count waits a few seconds for the requests
+    # in flight when it was called, then takes those whose start (the line's
+    # time less its duration_us) came before the call.
     cat > "$work/count.py" <<'PY'
-import re, sys
+import re, sys, time
+from datetime import datetime
+called = time.time()
+time.sleep(float(sys.argv[2]))
 ids_after = {"dags", "dagRuns", "taskInstances", "tasks", "xcomEntries", "logs"}
 counts = {}
 with open(sys.argv[1], errors="replace") as f:
@@ -294,8 +304,11 @@ with open(sys.argv[1], errors="replace") as f:
             continue
         method = re.search(r" method=(\S+)", line)
         path = re.search(r" path=(\S+)", line)
-        if not method or not path:
+        took = re.search(r" duration_us=(\d+)", line)
+        if not method or not path or not took:
             sys.exit("an access line this counter cannot read: " + line)
+        if datetime.fromisoformat(line.split()[0]).timestamp() - int(took.group(1)) / 1e6 >= called:
+            continue
         parts = path.group(1).strip("/").split("/")
         if parts[0] == "execution":
             continue
@@ -307,7 +320,7 @@ with open(sys.argv[1], errors="replace") as f:
 for k, v in sorted(counts.items()):
     print(k, v)
 PY
-    count="python3 '$work/count.py' '$access_log'"
+    count="python3 '$work/count.py' '$access_log' 5"
     ;;
 *) echo "BENCH_UPSTREAM_ENGINE is stepfunctions, kubernetes, argo, temporal or airflow" >&2; exit 2 ;;
 esac

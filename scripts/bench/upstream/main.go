@@ -14,8 +14,8 @@
 // shape own: N runs, one stream each (run and stream i on replica i mod R).
 //
 // The -count command is run with `sh -c`; it prints the engine's own request
-// counts so far, one "operation count" pair per line; the window's requests
-// are the differences. Numbers go in the README and notes, never in test
+// counts so far (of the requests received before it was called), one
+// "operation count" pair per line; the window's requests are the differences. Numbers go in the README and notes, never in test
 // assertions.
 package main
 
@@ -127,19 +127,23 @@ func main() {
 	// Let every watch reach its steady cycle before counting.
 	time.Sleep(*settle)
 
+	// The window runs from the first count's call to the second's: a -count
+	// command counts what the engine received before it was called, however
+	// long it takes to say so.
+	t0 := time.Now()
+	c0 := engineCalls()
 	e0, err := engineCount()
 	if err != nil {
 		fail("%v", err)
 	}
-	c0 := engineCalls()
-	t0 := time.Now()
-	time.Sleep(*window)
+	time.Sleep(time.Until(t0.Add(*window)))
+	t1 := time.Now()
+	c1 := engineCalls()
 	e1, err := engineCount()
 	if err != nil {
 		fail("%v", err)
 	}
-	c1 := engineCalls()
-	minutes := time.Since(t0).Minutes()
+	minutes := t1.Sub(t0).Minutes()
 	ended := 0
 	for _, s := range streams {
 		select {
