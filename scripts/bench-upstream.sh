@@ -71,6 +71,9 @@ work=$(mktemp -d)
 replica_pids=()
 ns=
 kubectl_cmd=()
+# A command that ends the runs a failed driver left running (where an engine
+# needs one): run after a failed shape and on exit.
+end_runs=
 stop_replicas() {
     local p
     for p in "${replica_pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -79,6 +82,7 @@ stop_replicas() {
 }
 cleanup() {
     stop_replicas
+    if [ -n "$end_runs" ]; then sh -c "$end_runs" || true; fi
     if [ -n "$ns" ]; then "${kubectl_cmd[@]}" delete namespace "$ns" --wait=false >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
@@ -321,6 +325,33 @@ for k, v in sorted(counts.items()):
     print(k, v)
 PY
     count="python3 '$work/count.py' '$access_log' 5"
+    # A driver that fails leaves its runs running (and the scheduler looking
+    # at them until dagrun_timeout): mark them failed, one at a time.
+    cat > "$work/end-runs.py" <<'PY'
+import json, os, sys, urllib.request
+url = os.environ["TASKGATE_AIRFLOW_URL"]
+def call(method, path, body=None, token=None):
+    req = urllib.request.Request(url + path, method=method, data=None if body is None else json.dumps(body).encode())
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+token = call("POST", "/auth/token", {"username": os.environ["TASKGATE_AIRFLOW_USERNAME"],
+                                     "password": os.environ["TASKGATE_AIRFLOW_PASSWORD"]})["access_token"]
+ended = 0
+for _ in range(20):
+    runs = call("GET", "/api/v2/dags/tg_bench_hold/dagRuns?state=running&state=queued&limit=100", token=token)["dag_runs"]
+    if not runs:
+        break
+    for run in runs:
+        call("PATCH", "/api/v2/dags/tg_bench_hold/dagRuns/" + run["dag_run_id"],
+             {"state": "failed", "note": "ended by bench-upstream after a failed shape"}, token=token)
+        ended += 1
+if ended:
+    print("bench-upstream: marked %d run(s) of tg_bench_hold failed" % ended, file=sys.stderr)
+PY
+    end_runs="python3 '$work/end-runs.py'"
     ;;
 *) echo "BENCH_UPSTREAM_ENGINE is stepfunctions, kubernetes, argo, temporal or airflow" >&2; exit 2 ;;
 esac
@@ -368,6 +399,7 @@ for r in $replica_counts; do
             echo "$engine, $r replica(s), $shape: FAILED" >&2
             cat "$work/out" >&2
             tail -n 5 "$work"/replica-*.log >&2
+            if [ -n "$end_runs" ]; then sh -c "$end_runs" || true; fi
         else
             grep -v '^BENCH ' "$work/out"
             grep '^BENCH ' "$work/out" >> "${BENCH_UPSTREAM_RAW:-/dev/null}" || true
