@@ -270,8 +270,9 @@ airflow)
     : "${TASKGATE_AIRFLOW_HOME:?needs TASKGATE_AIRFLOW_HOME (eval \"\$(scripts/airflow/up.sh)\")}"
     access_log="$TASKGATE_AIRFLOW_HOME/api-server.log"
     [ -f "$access_log" ] || { echo "no api-server log at $access_log" >&2; exit 1; }
-    # The replicas read the password from the environment they inherit.
-    export TASKGATE_AIRFLOW_PASSWORD
+    # The replicas read the password from the environment they inherit, and
+    # end-runs.py (below) all three.
+    export TASKGATE_AIRFLOW_URL TASKGATE_AIRFLOW_USERNAME TASKGATE_AIRFLOW_PASSWORD
     engine_toml=$(cat <<TOML
 [engines.airflow]
 kind = "airflow"
