@@ -13,7 +13,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// The process allocator: mimalloc. A tasks/get makes a few hundred small,
 /// short-lived allocations (parsed JSON, the reply, the run's records); with
 /// the C library's allocator they were about a quarter of its instructions
-/// (`scripts/profile.sh`).
+/// (`scripts/profile.sh`). The feature `system-allocator` leaves the C
+/// library's in place, for heap profilers.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -21,6 +21,7 @@ use crate::core::handle::Purpose;
 use crate::core::stack::call_budget;
 use crate::core::{Caller, Gateway};
 use crate::dialect::session::Session;
+use crate::dialect::stateless::Following;
 use crate::dialect::wire::{Outbound, Version};
 use crate::dialect::{self};
 use crate::rpc::{self, Message, RpcError};
@@ -105,14 +106,6 @@ impl Admitted {
         }
     }
 
-    /// True for a 2026-07-28 `subscriptions/listen` stream, which an HTTP
-    /// transport keeps alive with `:` comments while it is quiet.
-    #[must_use]
-    pub fn is_listen(&self) -> bool {
-        matches!(&self.message, Message::Request { method, .. } if method == "subscriptions/listen")
-            && self.era == Era::Stateless
-    }
-
     /// The key of a request (its id as JSON text), to cancel it in flight.
     #[must_use]
     pub fn request_key(&self) -> Option<String> {
@@ -168,6 +161,9 @@ pub struct Dispatched {
     pub session_id: Option<String>,
     /// For a 403 `insufficient_scope` refusal: the scopes to name in the challenge.
     pub required_scopes: Option<Vec<String>>,
+    /// A listen stream's notifications after its request: the transport
+    /// sends them, then `body`.
+    pub following: Option<Following>,
 }
 
 impl Dispatched {
@@ -178,6 +174,7 @@ impl Dispatched {
             status: 202,
             session_id: None,
             required_scopes: None,
+            following: None,
         }
     }
 }
@@ -505,7 +502,8 @@ async fn dispatch_request(
     let began = std::time::Instant::now();
     let method_label = crate::core::metrics::Metrics::method_label(request.method);
     let mut opened = None;
-    let outcome = route(gw, inbound, era, request, out, &mut opened).await;
+    let mut following = None;
+    let outcome = route(gw, inbound, era, request, out, &mut opened, &mut following).await;
     gw.metrics.request(
         method_label,
         era_label(era, request),
@@ -529,6 +527,7 @@ async fn dispatch_request(
             status: 200,
             session_id: opened.and_then(|s| keep_session(gw, inbound, s)),
             required_scopes: None,
+            following,
         },
         Err(e) => {
             log_error(&e);
@@ -537,6 +536,7 @@ async fn dispatch_request(
                 body: Some(e.response(request.id).into()),
                 session_id: None,
                 required_scopes: e.required_scopes().map(<[String]>::to_vec),
+                following: None,
             }
         }
     }
@@ -561,7 +561,8 @@ fn era_label(era: &Era, request: Incoming<'_>) -> &'static str {
 }
 
 /// Hands a request to the dialect that speaks its era; an `initialize` opens
-/// a session, left in `opened`.
+/// a session, left in `opened`; a `subscriptions/listen` leaves its stream's
+/// notifications in `following`.
 async fn route(
     gw: &Gateway,
     inbound: &Inbound<'_>,
@@ -569,6 +570,7 @@ async fn route(
     request: Incoming<'_>,
     out: Option<&Outbound>,
     opened: &mut Option<Session>,
+    following: &mut Option<Following>,
 ) -> Result<rpc::Body, RpcError> {
     let Incoming { id, method, params } = request;
     let caller = inbound.caller;
@@ -576,16 +578,19 @@ async fn route(
         // The dialects' futures are boxed: each is several KiB, and
         // unboxed they would make every future around them as large,
         // copied whole each time one is moved (per request).
-        Era::Stateless if method == "subscriptions/listen" => Box::pin(dialect::stateless::listen(
-            gw,
-            caller,
-            inbound.headers,
-            out,
-            id,
-            params,
-        ))
-        .await
-        .map(rpc::Body::Value),
+        Era::Stateless if method == "subscriptions/listen" => {
+            let (closing, stream) = Box::pin(dialect::stateless::listen(
+                gw,
+                caller,
+                inbound.headers,
+                out,
+                id,
+                params,
+            ))
+            .await?;
+            *following = Some(stream);
+            Ok(rpc::Body::Value(closing))
+        }
         Era::Stateless => {
             Box::pin(dialect::stateless::serve(dialect::wire::Request {
                 gw,
@@ -651,6 +656,7 @@ fn unmappable_cancel(inbound: &Inbound<'_>, era: &Era, params: &Value) -> Option
         status: 400,
         session_id: None,
         required_scopes: None,
+        following: None,
     })
 }
 

@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn progress_only_ever_increases() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::dialect::wire::outbound();
         let token = json!("p");
         let mut last = None;
         for (done, message) in [
@@ -125,7 +125,7 @@ mod tests {
             );
         }
         let mut sent = Vec::new();
-        while let Ok(m) = rx.try_recv() {
+        while let Some(m) = rx.try_recv() {
             let m = m.into_value();
             sent.push(m["params"]["progress"].as_f64().unwrap());
         }

@@ -30,7 +30,9 @@ use crate::core::{Caller, Gateway, Tool};
 use crate::rpc::{header, Body, Member, Params, RpcError};
 use taskgate_engine::InputRequest;
 
+mod following;
 mod listen;
+pub use following::{reached_max_listen, Following};
 pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
 
 /// What one modern request declared.
@@ -812,11 +814,8 @@ impl<'a> DetailedTask<'a> {
     /// The view of a run's state alone, without a task's own members (its
     /// id, creation time and TTL, left empty): what every listen stream on
     /// the run shares (see `listen`).
-    fn of_run(tool: &Tool, snapshot: &'a Snapshot) -> Self {
-        let poll = snapshot
-            .poll_hint
-            .unwrap_or_default()
-            .max(tool.config.poll_interval);
+    fn of_run(poll_interval: Duration, snapshot: &'a Snapshot) -> Self {
+        let poll = snapshot.poll_hint.unwrap_or_default().max(poll_interval);
         Self {
             created_at: String::new(),
             error: None,

@@ -10,9 +10,71 @@ use taskgate_engine::{Content, ToolOutput};
 
 use crate::core::Tool;
 
-/// Messages the server sends to the client before a response (progress
-/// notifications, input requests): the SSE stream of the POST, or stdout.
-pub type Outbound = tokio::sync::mpsc::UnboundedSender<Outgoing>;
+/// Where the server sends messages to the client before a response (progress
+/// notifications, input requests, a listen stream's notifications): the SSE
+/// stream of the POST, or stdout. Unbounded: what a request sends is bounded
+/// by the request (a listen stream sends a run's changes, deduplicated).
+///
+/// An idle channel holds ~150 bytes and a queued message one node of its own
+/// (a queue that allocates slots in blocks would hold a 1 KiB block for each
+/// of thousands of idle listen streams).
+#[derive(Debug, Clone)]
+pub struct Outbound(futures::channel::mpsc::UnboundedSender<Outgoing>);
+
+/// The receiving end of an [`Outbound`]: the transport that writes its
+/// messages.
+#[derive(Debug)]
+pub struct Queued(futures::channel::mpsc::UnboundedReceiver<Outgoing>);
+
+/// The receiver is gone (the client closed its stream): a message sent now
+/// reaches nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gone;
+
+/// A new channel for the messages of one request (or one stdio connection).
+#[must_use]
+pub fn outbound() -> (Outbound, Queued) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    (Outbound(tx), Queued(rx))
+}
+
+impl Outbound {
+    /// Queues `message` for the client.
+    ///
+    /// # Errors
+    ///
+    /// [`Gone`] when the receiving end was dropped.
+    pub fn send(&self, message: Outgoing) -> Result<(), Gone> {
+        self.0.unbounded_send(message).map_err(|_| Gone)
+    }
+
+    /// The receiving end was dropped (the client closed its stream).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+impl Queued {
+    /// The next message; `None` once every [`Outbound`] is dropped and the
+    /// queue is empty.
+    pub async fn recv(&mut self) -> Option<Outgoing> {
+        futures::StreamExt::next(&mut self.0).await
+    }
+
+    /// The next message if one is queued now.
+    pub fn try_recv(&mut self) -> Option<Outgoing> {
+        self.0.try_recv().ok()
+    }
+
+    /// Polls for the next message (`None`: every sender is gone).
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Outgoing>> {
+        futures::StreamExt::poll_next_unpin(&mut self.0, cx)
+    }
+}
 
 /// One message on an [`Outbound`] channel: a value the transport serializes,
 /// or JSON text already written.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -23,6 +23,7 @@ use crate::core::audit;
 use crate::core::config::IpNetwork;
 use crate::core::metrics::AuthRefusal;
 use crate::core::Gateway;
+use crate::dialect::stateless::Following;
 use crate::dialect::wire::Outgoing;
 use crate::rpc::header::{SESSION_ID, X_ACCEL_BUFFERING};
 use crate::rpc::RpcError;
@@ -709,9 +710,16 @@ fn sse_frames(message: &Outgoing, frames: &mut Vec<Bytes>) {
     }
 }
 
-/// Serves a legacy request whose client accepts SSE: plain JSON when the server
-/// has nothing to send before the response; otherwise a stream of the messages
-/// (progress, input requests) followed by the response.
+/// Serves a request whose client accepts SSE: plain JSON when the server has
+/// nothing to send before the response; otherwise a stream of the messages
+/// (progress, input requests, a listen stream's notifications) followed by
+/// the response.
+///
+/// A listen stream's request is served first like any other and freed (its
+/// headers, its params, the layers that served it); the stream then sends
+/// what its [`Following`] yields, `:` comments every
+/// `server.listen_keep_alive` while it is quiet, and the closing result at
+/// its end or at `server.max_listen`.
 async fn streamed(
     gw: Arc<Gateway>,
     caller: crate::core::Caller,
@@ -720,17 +728,8 @@ async fn streamed(
     oauth: Option<Arc<Authenticator>>,
     peer: Option<SocketAddr>,
 ) -> Response {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
-    // A listen stream may stay quiet for long: `:` comments keep it alive.
-    let keep_alive = admitted.is_listen().then_some(gw.server.listen_keep_alive);
-    // A listen stream holds its request for its whole life: it keeps only the
-    // headers the front door reads, copied (received values point into the
-    // connection's read buffer and would keep it alive).
-    let headers = if admitted.is_listen() {
-        headers_read_by_dispatch(&headers)
-    } else {
-        headers
-    };
+    let (tx, mut rx) = crate::dialect::wire::outbound();
+    let keep_alive = gw.server.listen_keep_alive;
     let mut work = Box::pin(async move {
         let inbound = Inbound {
             caller: &caller,
@@ -742,98 +741,210 @@ async fn streamed(
     });
     let first = tokio::select! {
         dispatched = &mut work => {
-            match rx.try_recv() {
-                Err(_) => return finish(dispatched, oauth.as_deref()),
-                Ok(first) => {
-                    // Messages were queued just before the response: stream them all.
-                    let mut frames = Vec::new();
-                    sse_frames(&first, &mut frames);
-                    while let Ok(m) = rx.try_recv() {
-                        sse_frames(&m, &mut frames);
-                    }
-                    if let Some(body) = &dispatched.body {
-                        frames.push(sse_event(body));
-                    }
-                    let stream = futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>));
-                    return sse_response(axum::body::Body::from_stream(stream));
-                }
+            let mut frames = Vec::new();
+            while let Some(m) = rx.try_recv() {
+                sse_frames(&m, &mut frames);
             }
+            if frames.is_empty() && dispatched.following.is_none() {
+                return finish(dispatched, oauth.as_deref());
+            }
+            // Messages were queued before the response, or a listen stream
+            // follows its runs: stream them, then the response.
+            let (tail, more) = served(dispatched, keep_alive);
+            frames.extend(more);
+            return sse_response(axum::body::Body::new(SseBody::new(frames, after(&work, tail))));
         }
         Some(first) = rx.recv() => first,
     };
-    let ticks = keep_alive.map(|every| {
-        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
-    });
-    // Each step gives the frames of what is ready: every message queued (a
-    // listen stream's last notification and its closing result go out in one
-    // write), a keep-alive comment, or the end.
-    let steps = futures::stream::unfold(
-        (Some(work), rx, Some(first), ticks),
-        |(work, mut rx, pending, mut ticks)| async move {
-            let mut frames = Vec::new();
-            if let Some(message) = pending {
-                sse_frames(&message, &mut frames);
-                return Some((frames, (work, rx, None, ticks)));
-            }
-            let mut work = work?;
-            let quiet = async {
-                match ticks.as_mut() {
-                    Some(t) => {
-                        t.tick().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                dispatched = &mut work => {
-                    while let Ok(m) = rx.try_recv() {
-                        sse_frames(&m, &mut frames);
-                    }
-                    if let Some(body) = &dispatched.body {
-                        frames.push(sse_event(body));
-                    }
-                    Some((frames, (None, rx, None, ticks)))
-                }
-                Some(message) = rx.recv() => {
-                    sse_frames(&message, &mut frames);
-                    while let Ok(m) = rx.try_recv() {
-                        sse_frames(&m, &mut frames);
-                    }
-                    Some((frames, (Some(work), rx, None, ticks)))
-                }
-                () = quiet => Some((vec![Bytes::from_static(b": keep-alive\n\n")], (Some(work), rx, None, ticks))),
-            }
+    let mut frames = Vec::new();
+    sse_frames(&first, &mut frames);
+    sse_response(axum::body::Body::new(SseBody::new(
+        frames,
+        Phase::Serving {
+            work,
+            rx,
+            keep_alive,
         },
-    );
-    let stream = futures::StreamExt::flat_map(steps, |frames| {
-        futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>))
-    });
-    sse_response(axum::body::Body::from_stream(stream))
+    )))
 }
 
-/// The headers `server::dispatch` and the dialects read (the MCP headers and
-/// the trace context), each value copied.
-fn headers_read_by_dispatch(headers: &HeaderMap) -> HeaderMap {
-    use crate::rpc::header::{METHOD, NAME, PROTOCOL_VERSION};
-    const TRACE: [HeaderName; 2] = [
-        HeaderName::from_static("traceparent"),
-        HeaderName::from_static("tracestate"),
-    ];
-    let mut kept = HeaderMap::new();
-    for name in [PROTOCOL_VERSION, METHOD, NAME, SESSION_ID]
-        .iter()
-        .chain(TRACE.iter())
-    {
-        for value in headers.get_all(name) {
-            if let Ok(copy) = HeaderValue::from_bytes(value.as_bytes()) {
-                kept.append(name.clone(), copy);
+/// Where a streamed response is.
+enum Phase<W> {
+    /// The request is being served; what it sends comes on `rx`.
+    Serving {
+        work: std::pin::Pin<Box<W>>,
+        rx: crate::dialect::wire::Queued,
+        keep_alive: std::time::Duration,
+    },
+    /// A listen stream, its request served.
+    Following(Tail),
+    Done,
+}
+
+/// A listen stream after its request: its notifications, then `body`.
+struct Tail {
+    following: Following,
+    /// The next keep-alive comment, or the deadline if sooner.
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    keep_alive: std::time::Duration,
+    body: Bytes,
+}
+
+/// What follows a served request: its listen stream, if it opened one (with
+/// the response held for the stream's end), or the response's frames.
+fn served(dispatched: Dispatched, keep_alive: std::time::Duration) -> (Option<Tail>, Vec<Bytes>) {
+    let body = dispatched.body.as_ref().map(sse_event);
+    match (dispatched.following, body) {
+        (Some(following), Some(body)) => {
+            let next = next_tick(keep_alive, following.deadline());
+            let tail = Tail {
+                following,
+                timer: Box::pin(tokio::time::sleep_until(next)),
+                keep_alive,
+                body,
+            };
+            (Some(tail), Vec::new())
+        }
+        (_, body) => (None, body.into_iter().collect()),
+    }
+}
+
+/// The phase after the request of `_work` was served.
+fn after<W>(_work: &std::pin::Pin<Box<W>>, tail: Option<Tail>) -> Phase<W> {
+    tail.map_or(Phase::Done, Phase::Following)
+}
+
+/// The next keep-alive comment's time, or `deadline` if that is sooner.
+fn next_tick(
+    keep_alive: std::time::Duration,
+    deadline: tokio::time::Instant,
+) -> tokio::time::Instant {
+    (tokio::time::Instant::now() + keep_alive).min(deadline)
+}
+
+/// The body of a streamed response: `ready` frames, then what `phase` gives.
+/// Each time it is polled it gives the frames of what is ready: every
+/// message queued (a listen stream's last notification and its closing
+/// result go out together), a keep-alive comment, or the end.
+struct SseBody<W> {
+    ready: Vec<Bytes>,
+    /// `ready[..sent]` were given out already.
+    sent: usize,
+    phase: Phase<W>,
+}
+
+impl<W> SseBody<W>
+where
+    W: std::future::Future<Output = Dispatched>,
+{
+    fn new(ready: Vec<Bytes>, phase: Phase<W>) -> Self {
+        Self {
+            ready,
+            sent: 0,
+            phase,
+        }
+    }
+
+    /// Moves the phase on if it can: `Ready(true)` when it did (frames may
+    /// be ready), `Ready(false)` at the end.
+    fn step(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<bool> {
+        use futures::StreamExt as _;
+        use std::future::Future as _;
+        use std::task::Poll;
+        let frames = &mut self.ready;
+        match &mut self.phase {
+            Phase::Done => Poll::Ready(false),
+            Phase::Serving {
+                work,
+                rx,
+                keep_alive,
+            } => {
+                if let Poll::Ready(dispatched) = work.as_mut().poll(cx) {
+                    while let Some(m) = rx.try_recv() {
+                        sse_frames(&m, frames);
+                    }
+                    let (tail, more) = served(dispatched, *keep_alive);
+                    frames.extend(more);
+                    self.phase = tail.map_or(Phase::Done, Phase::Following);
+                    return Poll::Ready(true);
+                }
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(message)) => {
+                        sse_frames(&message, frames);
+                        while let Some(m) = rx.try_recv() {
+                            sse_frames(&m, frames);
+                        }
+                        Poll::Ready(true)
+                    }
+                    // The senders go with the request's work, polled above.
+                    Poll::Ready(None) | Poll::Pending => Poll::Pending,
+                }
+            }
+            Phase::Following(tail) => {
+                let ended = match tail.following.poll_next_unpin(cx) {
+                    Poll::Ready(Some(message)) => {
+                        sse_frames(&message, frames);
+                        tail.following.is_done()
+                    }
+                    Poll::Ready(None) => true,
+                    Poll::Pending => {
+                        if tail.timer.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        let deadline = tail.following.deadline();
+                        if tokio::time::Instant::now() >= deadline {
+                            crate::dialect::stateless::reached_max_listen();
+                            true
+                        } else {
+                            frames.push(Bytes::from_static(b": keep-alive\n\n"));
+                            tail.timer
+                                .as_mut()
+                                .reset(next_tick(tail.keep_alive, deadline));
+                            false
+                        }
+                    }
+                };
+                if ended {
+                    frames.push(tail.body.clone());
+                    self.phase = Phase::Done;
+                }
+                Poll::Ready(true)
             }
         }
     }
-    kept
+}
+
+impl<W> http_body::Body for SseBody<W>
+where
+    W: std::future::Future<Output = Dispatched>,
+{
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let me = self.get_mut();
+        loop {
+            if me.sent < me.ready.len() {
+                let frame = std::mem::take(&mut me.ready[me.sent]);
+                me.sent += 1;
+                return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))));
+            }
+            me.ready.clear();
+            me.sent = 0;
+            match me.step(cx) {
+                std::task::Poll::Ready(true) => {}
+                std::task::Poll::Ready(false) => return std::task::Poll::Ready(None),
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.sent >= self.ready.len() && matches!(self.phase, Phase::Done)
+    }
 }
 
 fn sse_response(body: axum::body::Body) -> Response {

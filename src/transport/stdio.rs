@@ -9,11 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::core::Gateway;
-use crate::dialect::wire::Outgoing;
+use crate::dialect::wire::Outbound;
 use crate::server::{self, Connection, Inbound};
 
 /// Serves one connection until `input` ends, then waits for requests in flight.
@@ -81,7 +80,12 @@ where
                 connection: Some(&connection),
                 peer: None,
             };
-            let dispatched = server::dispatch(&gw, &inbound, admitted, Some(tx.clone())).await;
+            let mut dispatched = server::dispatch(&gw, &inbound, admitted, Some(tx.clone())).await;
+            // A listen stream: its notifications, until it ends (or is
+            // cancelled: this task is aborted), then its closing result.
+            if let Some(following) = dispatched.following.take() {
+                following.send_all(&tx).await;
+            }
             if let Some(key) = key {
                 flight.lock().expect("lock").remove(&key);
             }
@@ -104,16 +108,11 @@ where
 
 /// The task that writes each message sent on the returned channel to
 /// `output`, a line each, until every sender is gone.
-fn spawn_writer<W>(
-    mut output: W,
-) -> (
-    mpsc::UnboundedSender<Outgoing>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-)
+fn spawn_writer<W>(mut output: W) -> (Outbound, tokio::task::JoinHandle<std::io::Result<()>>)
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+    let (tx, mut rx) = crate::dialect::wire::outbound();
     let writer = tokio::spawn(async move {
         while let Some(message) = rx.recv().await {
             // JSON text never holds a raw newline: one message, one line.

@@ -10,18 +10,18 @@
 //! cancels it (HTTP: closes the stream; stdio: `notifications/cancelled`).
 
 use axum::http::HeaderMap;
-use futures::stream::{FuturesUnordered, StreamExt as _};
 use serde_json::{json, Value};
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 
 use super::super::wire::{json, timestamp, Outbound, Outgoing};
+use super::following::{Following, Held, Watched};
 use super::{check_headers, check_meta, missing_tasks, require_header, DetailedTask};
 use crate::core::handle::{Dialect, TaskClaims};
 use crate::core::watch::Seen;
-use crate::core::{Caller, CoreError, Gateway, Tool};
+use crate::core::{Caller, CoreError, Gateway};
 use crate::rpc::header;
 use crate::rpc::{Params, RpcError};
 
@@ -32,8 +32,10 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub const MAX_TASK_IDS: usize = 32;
 
 /// Serves `subscriptions/listen` (request `id`): acknowledges the task ids the
-/// caller may read, sends each one's `DetailedTask` now and on every change on
-/// `out`, and returns the closing result once the stream ends by itself.
+/// caller may read and sends each one's `DetailedTask` now, on `out`; returns
+/// the closing result and the [`Following`] that sends each change after
+/// this, which the transport drives and ends with that result (see
+/// [`super::following`]).
 ///
 /// Ids that do not open for this caller (forged, altered, expired, another
 /// caller's) and ids of runs the engine does not know are left out of the
@@ -52,7 +54,7 @@ pub async fn listen(
     out: Option<&Outbound>,
     id: &Value,
     params: &Params,
-) -> Result<Value, RpcError> {
+) -> Result<(Value, Following), RpcError> {
     if let (Some(headers), Some(version)) = (headers, params.meta_version()) {
         require_header(headers, &header::PROTOCOL_VERSION, version)?;
     }
@@ -71,8 +73,8 @@ pub async fn listen(
             "subscriptions/listen needs a stream: send Accept: text/event-stream".into(),
         )
     })?;
-    let _slot = gw.hold_wait(caller)?;
-    let _listening = gw.metrics.listening();
+    let slot = gw.hold_wait(caller)?;
+    let listening = gw.metrics.listening();
 
     // Each id that opens for this caller and names a run its engine knows;
     // the runs it opens count against server.max_watched_runs_per_caller
@@ -86,11 +88,11 @@ pub async fn listen(
                 .map(|(claims, tool)| (task_id, claims, tool))
         })
         .collect();
-    let _watching = gw.hold_watched(caller.id(), opened.len())?;
-    let mut watched = Vec::new();
+    let watched_runs = gw.hold_watched(caller.id(), opened.len())?;
+    let mut read = Vec::new();
     for (task_id, claims, tool) in opened {
         match gw.read(tool, &claims.native).await {
-            Ok(snapshot) => watched.push((task_id, claims, tool, snapshot)),
+            Ok(snapshot) => read.push((task_id, claims, tool, snapshot)),
             Err(CoreError::NotFound) => {}
             Err(e) => return Err(e.into()),
         }
@@ -98,42 +100,56 @@ pub async fn listen(
     // Made for each message, not kept: a map is a few hundred bytes, held
     // by every open stream.
     let meta = || json!({ SUBSCRIPTION_ID: id });
-    let accepted: Vec<&str> = watched.iter().map(|(t, ..)| *t).collect();
+    let accepted: Vec<&str> = read.iter().map(|(t, ..)| *t).collect();
     send(
         out,
         "notifications/subscriptions/acknowledged",
         json!({ "_meta": meta(), "notifications": { "taskIds": accepted } }),
     );
 
-    let streams: FuturesUnordered<_> = watched
-        .into_iter()
-        .map(|(task_id, claims, tool, snapshot)| {
-            let to = Subscriber {
-                out,
-                id,
-                elicitation: declared.elicitation,
-            };
-            follow(gw, to, task_id, claims, tool, snapshot)
-        })
-        .collect();
-    let all_ended = streams.collect::<Vec<()>>();
-    if tokio::time::timeout(gw.server.max_listen, all_ended)
-        .await
-        .is_err()
-    {
-        tracing::debug!("a listen stream reached server.max_listen");
+    // Each task's first notification now; a task not yet terminal is
+    // watched from here on.
+    let mut watched = Vec::new();
+    for (task_id, claims, tool, first) in read {
+        let own = Own::new(id, declared.elicitation, task_id, &claims);
+        let poll_interval = tool.config.poll_interval;
+        if first.state.is_terminal() {
+            let rendered = render(poll_interval, &Seen::Run(first.clone()));
+            let _ = out.send(Outgoing::Pieces(own.pieces(&first, &rendered).to_vec()));
+            continue;
+        }
+        let poll = first.poll_hint.unwrap_or_default().max(poll_interval);
+        let rx = gw
+            .watches
+            .subscribe(tool.name(), &tool.pipeline, &claims.native, poll, &first);
+        // The run's text as its watch has it, shared with the run's other
+        // streams, when the watch saw what this read saw (it usually has).
+        let change = std::sync::Arc::clone(&rx.borrow());
+        let last = match change.seen() {
+            Seen::Run(seen) if *seen == first => {
+                own.pieces(&first, change.rendered(|seen| render(poll_interval, seen)))
+            }
+            _ => own.pieces(&first, &render(poll_interval, &Seen::Run(first.clone()))),
+        };
+        drop(change);
+        let _ = out.send(Outgoing::Pieces(last.to_vec()));
+        watched.push(Watched {
+            own,
+            last,
+            rx,
+            poll_interval,
+        });
     }
-    Ok(json!({ "resultType": "complete", "_meta": meta() }))
-}
-
-/// Where a listen stream's notifications go, and what its request declared.
-#[derive(Clone, Copy)]
-struct Subscriber<'a> {
-    out: &'a Outbound,
-    /// The listen request's id: the subscription id.
-    id: &'a Value,
-    /// The request declared elicitation (it may be shown input requests).
-    elicitation: bool,
+    let held = Held {
+        slot,
+        watched: watched_runs,
+        listening,
+    };
+    let following = Following::new(watched, gw.server.max_listen, held);
+    Ok((
+        json!({ "resultType": "complete", "_meta": meta() }),
+        following,
+    ))
 }
 
 /// The task ids of the subscription filter `notifications.taskIds`, each
@@ -176,8 +192,7 @@ fn task_ids(params: &Value, tasks: bool) -> Result<Vec<&str>, RpcError> {
     }
 }
 
-/// Sends the task's `DetailedTask` now and on each change, until it is terminal
-/// or its run is gone.
+/// What a stream's notifications hold of its own request and task.
 ///
 /// A notification is written in three pieces: the stream's own head (its
 /// subscription id, the task's id, creation time and TTL: made once, when
@@ -185,48 +200,7 @@ fn task_ids(params: &Value, tasks: bool) -> Result<Vec<&str>, RpcError> {
 /// last two are written once per change of the run, by the first of its
 /// streams to see the change, and shared by the others (see
 /// [`crate::core::watch::Change::rendered`]).
-async fn follow(
-    gw: &Gateway,
-    to: Subscriber<'_>,
-    task_id: &str,
-    claims: TaskClaims,
-    tool: &Tool,
-    first: taskgate_engine::Snapshot,
-) {
-    let own = Own::new(to, task_id, &claims);
-    let rendered = render(tool, &Seen::Run(first.clone()));
-    let mut last = own.pieces(&first, &rendered);
-    let _ = to.out.send(Outgoing::Pieces(last.to_vec()));
-    if first.state.is_terminal() {
-        return;
-    }
-    let poll = first
-        .poll_hint
-        .unwrap_or_default()
-        .max(tool.config.poll_interval);
-    let mut rx = gw
-        .watches
-        .subscribe(tool.name(), &tool.pipeline, &claims.native, poll, &first);
-    drop((first, rendered, claims));
-    while rx.changed().await.is_ok() {
-        let change = rx.borrow_and_update().clone();
-        let Seen::Run(snapshot) = change.seen() else {
-            return;
-        };
-        let rendered = change.rendered(|seen| render(tool, seen));
-        let next = own.pieces(snapshot, rendered);
-        if !same_pieces(&next, &last) {
-            let _ = to.out.send(Outgoing::Pieces(next.to_vec()));
-            last = next;
-        }
-        if snapshot.state.is_terminal() {
-            return;
-        }
-    }
-}
-
-/// What a stream's notifications hold of its own request and task.
-struct Own {
+pub(super) struct Own {
     /// `{"jsonrpc":"2.0","method":"notifications/tasks","params":{` and the
     /// members `_meta` (the subscription id), `createdAt`, `taskId`, `ttlMs`.
     head: Bytes,
@@ -239,7 +213,9 @@ struct Own {
 }
 
 impl Own {
-    fn new(to: Subscriber<'_>, task_id: &str, claims: &TaskClaims) -> Self {
+    /// The head of the notifications of `task_id` on the stream of request
+    /// `id`, which declared elicitation or not.
+    pub(super) fn new(id: &Value, elicitation: bool, task_id: &str, claims: &TaskClaims) -> Self {
         let created_at = claims.created_at();
         let created_text = timestamp(created_at);
         let mut head = Vec::with_capacity(192 + task_id.len());
@@ -248,7 +224,7 @@ impl Own {
         );
         head.extend_from_slice(SUBSCRIPTION_ID.as_bytes());
         head.extend_from_slice(b"\":");
-        json::value(&mut head, to.id);
+        json::value(&mut head, id);
         head.push(b'}');
         json::key(&mut head, "createdAt", false);
         json::string(&mut head, &created_text);
@@ -259,17 +235,24 @@ impl Own {
         let mut created = Vec::with_capacity(48);
         json::key(&mut created, "lastUpdatedAt", false);
         json::string(&mut created, &created_text);
+        // Held by the stream for its life: no spare capacity.
+        head.shrink_to_fit();
+        created.shrink_to_fit();
         Self {
             head: Bytes::from(head),
             created: Bytes::from(created),
             created_at,
-            elicitation: to.elicitation,
+            elicitation,
         }
     }
 
     /// The pieces of this stream's notification of `snapshot`, whose shared
     /// text is `rendered` (see [`render`]).
-    fn pieces(&self, snapshot: &taskgate_engine::Snapshot, rendered: &[Bytes]) -> [Bytes; 3] {
+    pub(super) fn pieces(
+        &self,
+        snapshot: &taskgate_engine::Snapshot,
+        rendered: &[Bytes],
+    ) -> [Bytes; 3] {
         let [updated, plain, asking] = rendered else {
             unreachable!("a run's state renders in three pieces")
         };
@@ -284,7 +267,7 @@ impl Own {
 
 /// Whether two notifications hold the same text (pieces shared from one
 /// change are compared by address first).
-fn same_pieces(a: &[Bytes; 3], b: &[Bytes; 3]) -> bool {
+pub(super) fn same_pieces(a: &[Bytes; 3], b: &[Bytes; 3]) -> bool {
     a.iter()
         .zip(b)
         .all(|(x, y)| (x.as_ptr() == y.as_ptr() && x.len() == y.len()) || x == y)
@@ -294,12 +277,13 @@ fn same_pieces(a: &[Bytes; 3], b: &[Bytes; 3]) -> bool {
 /// `lastUpdatedAt` (empty without an update time), then the rest of the
 /// task's state, closing the notification, for a request without
 /// elicitation and for one with it (the same bytes unless the task asks for
-/// input). Nothing here depends on a stream's request or task handle.
-fn render(tool: &Tool, seen: &Seen) -> Vec<Bytes> {
+/// input). Nothing here depends on a stream's request or task handle; the
+/// tool's `poll_interval` is the only setting it reads.
+pub(super) fn render(poll_interval: Duration, seen: &Seen) -> Vec<Bytes> {
     let Seen::Run(snapshot) = seen else {
         return Vec::new();
     };
-    let view = DetailedTask::of_run(tool, snapshot);
+    let view = DetailedTask::of_run(poll_interval, snapshot);
     let updated = snapshot.updated_at.map_or_else(Bytes::new, |at| {
         let mut text = Vec::with_capacity(48);
         json::key(&mut text, "lastUpdatedAt", false);
@@ -370,6 +354,7 @@ mod tests {
     use super::*;
     use crate::core::handle::Dialect;
     use crate::core::watch::Change;
+    use crate::core::Tool;
 
     async fn gateway(dir: &std::path::Path) -> Gateway {
         let text = format!(
@@ -447,7 +432,7 @@ mod tests {
     /// subscription id; the question hidden from a request without
     /// elicitation.
     fn as_tasks_get(
-        to: Subscriber<'_>,
+        (id, elicitation): (&Value, bool),
         task_id: &str,
         claims: &TaskClaims,
         tool: &Tool,
@@ -457,10 +442,10 @@ mod tests {
             super::super::detailed_task(task_id, claims, tool, snapshot, &super::super::no_tickets);
         let t = task.as_object_mut().unwrap();
         t.remove("resultType");
-        if !to.elicitation && t.remove("inputRequests").is_some() {
+        if !elicitation && t.remove("inputRequests").is_some() {
             t.insert("statusMessage".into(), json!(UNDECLARED_INPUT));
         }
-        t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: to.id }));
+        t.insert("_meta".into(), json!({ SUBSCRIPTION_ID: id }));
         json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": task })
     }
 
@@ -473,19 +458,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let gw = gateway(dir.path()).await;
         let tool = gw.tool("slow").unwrap();
-        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
         for id in [json!("listen-1"), json!(7), json!("odd \"id\"\n")] {
             for elicitation in [false, true] {
                 for ttl in [Some(3_600_000), None] {
                     let claims = claims(CREATED_MS, ttl);
-                    let to = Subscriber {
-                        out: &out,
-                        id: &id,
-                        elicitation,
-                    };
-                    let own = Own::new(to, "tg3.k.task-Id_1", &claims);
+                    let to = (&id, elicitation);
+                    let own = Own::new(&id, elicitation, "tg3.k.task-Id_1", &claims);
                     for snapshot in snapshots() {
-                        let rendered = render(tool, &Seen::Run(snapshot.clone()));
+                        let rendered =
+                            render(tool.config.poll_interval, &Seen::Run(snapshot.clone()));
                         let written = text(&own.pieces(&snapshot, &rendered));
                         let value: Value = serde_json::from_slice(&written).unwrap_or_else(|e| {
                             panic!("{e}: {}", String::from_utf8_lossy(&written))
@@ -507,47 +488,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let gw = gateway(dir.path()).await;
         let tool = gw.tool("slow").unwrap();
-        let (out, _rx) = tokio::sync::mpsc::unbounded_channel();
         let claims = claims(CREATED_MS, Some(60_000));
         let (a_id, b_id) = (json!("listen-a"), json!("listen-b"));
-        let a = Own::new(
-            Subscriber {
-                out: &out,
-                id: &a_id,
-                elicitation: true,
-            },
-            "tg3.k.A",
-            &claims,
-        );
-        let a_again = Own::new(
-            Subscriber {
-                out: &out,
-                id: &a_id,
-                elicitation: true,
-            },
-            "tg3.k.A",
-            &claims,
-        );
-        let b = Own::new(
-            Subscriber {
-                out: &out,
-                id: &b_id,
-                elicitation: false,
-            },
-            "tg3.k.B",
-            &claims,
-        );
+        let a = Own::new(&a_id, true, "tg3.k.A", &claims);
+        let a_again = Own::new(&a_id, true, "tg3.k.A", &claims);
+        let b = Own::new(&b_id, false, "tg3.k.B", &claims);
         let renders = AtomicUsize::new(0);
         for snapshot in snapshots() {
             // One change, as a watch publishes it, seen by three streams.
             let change = Change::for_test(Seen::Run(snapshot.clone()));
             let render_once = |seen: &Seen| {
                 renders.fetch_add(1, Ordering::SeqCst);
-                render(tool, seen)
+                render(tool.config.poll_interval, seen)
             };
             let pa = a.pieces(&snapshot, change.rendered(render_once));
-            let pa2 = a_again.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
-            let pb = b.pieces(&snapshot, change.rendered(|seen| render(tool, seen)));
+            let pa2 = a_again.pieces(
+                &snapshot,
+                change.rendered(|seen| render(tool.config.poll_interval, seen)),
+            );
+            let pb = b.pieces(
+                &snapshot,
+                change.rendered(|seen| render(tool.config.poll_interval, seen)),
+            );
             // The same request on the same task: the same bytes.
             assert_eq!(text(&pa), text(&pa2));
             // The run's state is one copy for every stream that may see it.
@@ -574,5 +536,115 @@ mod tests {
             snapshots().len(),
             "written once per change"
         );
+    }
+
+    /// The text of one notification, as a value.
+    fn sent(message: Outgoing) -> Value {
+        message.into_value()
+    }
+
+    #[tokio::test]
+    async fn a_following_sends_each_new_text_ends_at_the_terminal_one_and_frees_its_bounds() {
+        use futures::{FutureExt as _, StreamExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let poll = gw.tool("slow").unwrap().config.poll_interval;
+        let held = Held {
+            slot: gw.hold_wait("alice").unwrap(),
+            watched: gw.hold_watched("alice", 1).unwrap(),
+            listening: gw.metrics.listening(),
+        };
+        assert_eq!(gw.waits_in_flight(), 1);
+        let working = |message: &str| Snapshot::new(RunState::working(message));
+        let first = working("step 1");
+        let (tx, rx) = tokio::sync::watch::channel(Change::for_test(Seen::Run(first.clone())));
+        let own = Own::new(
+            &json!("listen-1"),
+            false,
+            "tg3.k.A",
+            &claims(CREATED_MS, None),
+        );
+        let last = own.pieces(&first, &render(poll, &Seen::Run(first.clone())));
+        let mut following = Following::new(
+            vec![Watched {
+                own,
+                last,
+                rx,
+                poll_interval: poll,
+            }],
+            Duration::from_secs(3600),
+            held,
+        );
+        assert!(following.next().now_or_never().is_none(), "nothing new yet");
+        // The run read again, the same: nothing is sent.
+        tx.send_replace(Change::for_test(Seen::Run(first.clone())));
+        assert!(following.next().now_or_never().is_none(), "the same text");
+        tx.send_replace(Change::for_test(Seen::Run(working("step 2"))));
+        let note = sent(following.next().await.expect("a notification"));
+        assert_eq!(note["params"]["statusMessage"], "step 2");
+        assert_eq!(note["params"]["taskId"], "tg3.k.A");
+        assert!(!following.is_done());
+        tx.send_replace(Change::for_test(Seen::Run(Snapshot::new(
+            RunState::Completed(ToolOutput::text("done")),
+        ))));
+        let note = sent(following.next().await.expect("the terminal notification"));
+        assert_eq!(note["params"]["status"], "completed");
+        assert!(following.is_done(), "the transport closes the stream now");
+        assert!(following.next().await.is_none());
+        assert_eq!(gw.waits_in_flight(), 1, "held while the stream is");
+        drop(following);
+        assert_eq!(
+            gw.waits_in_flight(),
+            0,
+            "the wait slot is freed with the stream"
+        );
+        assert!(gw.hold_watched("alice", 1).is_ok());
+        assert!(
+            gw.metrics
+                .render(crate::core::metrics::InFlight::default())
+                .contains("taskgate_listen_streams_in_flight 0\n"),
+            "the gauge drops with the stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_following_ends_at_max_listen_and_when_its_run_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway(dir.path()).await;
+        let poll = gw.tool("slow").unwrap().config.poll_interval;
+        let held = || Held {
+            slot: gw.hold_wait("alice").unwrap(),
+            watched: gw.hold_watched("alice", 1).unwrap(),
+            listening: gw.metrics.listening(),
+        };
+        let first = Snapshot::new(RunState::working("step 1"));
+        let watched = |rx| {
+            let own = Own::new(&json!(1), true, "tg3.k.A", &claims(CREATED_MS, None));
+            let last = own.pieces(&first, &render(poll, &Seen::Run(first.clone())));
+            Watched {
+                own,
+                last,
+                rx,
+                poll_interval: poll,
+            }
+        };
+        // Nothing changes: send_all returns at the deadline.
+        let (_tx, rx) = tokio::sync::watch::channel(Change::for_test(Seen::Run(first.clone())));
+        let following = Following::new(vec![watched(rx)], Duration::from_millis(50), held());
+        let (out, mut queued) = crate::dialect::wire::outbound();
+        tokio::time::timeout(Duration::from_secs(30), following.send_all(&out))
+            .await
+            .expect("send_all returns at server.max_listen");
+        assert!(queued.try_recv().is_none(), "nothing was sent");
+        assert_eq!(gw.waits_in_flight(), 0);
+        // The engine no longer knows the run: the stream ends, nothing sent.
+        let (tx, rx) = tokio::sync::watch::channel(Change::for_test(Seen::Run(first.clone())));
+        let following = Following::new(vec![watched(rx)], Duration::from_secs(3600), held());
+        tx.send_replace(Change::for_test(Seen::Gone));
+        tokio::time::timeout(Duration::from_secs(30), following.send_all(&out))
+            .await
+            .expect("send_all returns when the run is gone");
+        assert!(queued.try_recv().is_none(), "nothing was sent");
+        assert_eq!(gw.waits_in_flight(), 0);
     }
 }
