@@ -32,8 +32,10 @@ use taskgate_engine::InputRequest;
 
 mod following;
 mod listen;
+mod notification;
 pub use following::{reached_max_listen, Following};
-pub use listen::{listen, MAX_TASK_IDS, SUBSCRIPTION_ID};
+pub use listen::{listen, MAX_TASK_IDS};
+pub use notification::SUBSCRIPTION_ID;
 
 /// What one modern request declared.
 struct Declared {

@@ -20,7 +20,7 @@ use axum::body::Bytes;
 use futures::stream::{SelectAll, Stream, StreamExt as _};
 use tokio::sync::watch;
 
-use super::listen::{render, same_pieces, Own};
+use super::notification::{render, same_pieces, Own};
 use crate::core::metrics::Listening;
 use crate::core::quota::Holding;
 use crate::core::slots::WaitSlot;
